@@ -1,0 +1,505 @@
+"""Read and write the challenge's files: weights, inputs and categories.
+
+On disk everything is 1-based triples ``row<TAB>col<TAB>value`` (one per nonzero), plain
+or gzipped; in memory indices are 0-based and values float32. Files are parsed by pandas'
+C reader; only when that fails is the file re-read line by line to say exactly which line
+is wrong and why. A reader returns a whole matrix or raises: nothing half-read escapes.
+
+Layout of a challenge folder::
+
+    neuron1024/n1024-l1.tsv ... n1024-l120.tsv      weights, one file per layer
+    sparse-images-1024.tsv                           inputs (60000 x N)
+    neuron1024-l120-categories.tsv                   truth: surviving 1-based row ids
+
+Each name may carry ``.gz``. :func:`read_network` can keep a binary cache (``.npz``,
+loaded without pickle) keyed by the files' paths, sizes and modification times.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io as _io
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+from . import config
+from .network import Network, as_csr32
+
+PathLike = str | os.PathLike
+
+
+class ChallengeFormatError(ValueError):
+    """A challenge file is not what the format promises.
+
+    Attributes
+    ----------
+    path
+        The file.
+    line
+        1-based line number of the first offending line (``None`` if it is about the file).
+    """
+
+    def __init__(self, path: PathLike, message: str, line: int | None = None):
+        self.path = Path(path)
+        self.line = line
+        where = f"{self.path}, line {line}" if line is not None else str(self.path)
+        super().__init__(f"{where}: {message}")
+
+
+# --------------------------------------------------------------------------- paths
+
+
+def _existing(path: Path) -> Path | None:
+    """``path`` or ``path.gz`` (or, given a ``.gz`` name, the plain one), whichever exists."""
+    candidates = [path]
+    if path.suffix == ".gz":
+        candidates.append(path.with_suffix(""))
+    else:
+        candidates.append(path.with_name(path.name + ".gz"))
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def layer_path(directory: PathLike, n_neurons: int, layer: int) -> Path:
+    """Where layer ``layer`` (1-based) of an ``n_neurons`` network lives under ``directory``.
+
+    ``directory`` may be the challenge folder or its ``neuron{N}`` subfolder. Returns the
+    existing ``.tsv`` or ``.tsv.gz`` file, or the plain ``.tsv`` name if neither exists.
+    """
+    directory = Path(directory)
+    name = f"n{n_neurons}-l{layer}.tsv"
+    for folder in (directory / f"neuron{n_neurons}", directory):
+        found = _existing(folder / name)
+        if found is not None:
+            return found
+    return directory / f"neuron{n_neurons}" / name
+
+
+def inputs_path(directory: PathLike, n_neurons: int) -> Path:
+    """The inputs file ``sparse-images-{N}.tsv[.gz]`` under ``directory``."""
+    path = Path(directory) / f"sparse-images-{n_neurons}.tsv"
+    return _existing(path) or path
+
+
+def categories_path(directory: PathLike, n_neurons: int, n_layers: int) -> Path:
+    """The truth file ``neuron{N}-l{L}-categories.tsv[.gz]`` under ``directory``."""
+    path = Path(directory) / f"neuron{n_neurons}-l{n_layers}-categories.tsv"
+    return _existing(path) or path
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _open_text(path: Path):
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="ascii", errors="replace", newline="")
+    return path.open("rt", encoding="ascii", errors="replace", newline="")
+
+
+_SEP = re.compile(r"[ \t]+")
+
+
+def _diagnose(path: Path, n_columns: int) -> None:
+    """Re-read ``path`` line by line and raise at the first line that breaks the format.
+
+    Only called after the fast reader failed, so its speed does not matter.
+    """
+    with _open_text(path) as handle:
+        for number, raw in enumerate(handle, start=1):
+            fields = _SEP.split(raw.strip()) if raw.strip() else []
+            if len(fields) != n_columns:
+                raise ChallengeFormatError(
+                    path, f"{len(fields)} fields; expected {_expected(n_columns)}", number
+                )
+            for i, text in enumerate(fields):
+                try:
+                    float(text)
+                except ValueError:
+                    raise ChallengeFormatError(
+                        path, f"field {i + 1} is {text!r}, not a number", number
+                    ) from None
+
+
+def _expected(n_columns: int) -> str:
+    if n_columns == 1:
+        return "one 1-based row id per line"
+    return "3 tab-separated fields 'row col value' (1-based indices)"
+
+
+def _read_columns(path: Path, n_columns: int, chunk_lines: int = 4_000_000) -> np.ndarray:
+    """All numbers of a 1- or 3-column file as float64, ``(lines, n_columns)``.
+
+    Read in chunks so the float64 staging stays bounded for the largest challenge files.
+    """
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    parts = []
+    try:
+        reader = pd.read_csv(
+            path,
+            sep=r"\s+",
+            header=None,
+            dtype=np.float64,
+            engine="c",
+            compression="gzip" if path.suffix == ".gz" else None,
+            chunksize=chunk_lines,
+            # a blank line is an error, and keeping it keeps row index == line number - 1
+            skip_blank_lines=False,
+        )
+        with reader:
+            for chunk in reader:
+                table = chunk.to_numpy()
+                if table.shape[1] != n_columns or np.isnan(table).any():
+                    raise ValueError("ragged or missing fields")
+                parts.append(table)
+    except pd.errors.EmptyDataError:
+        raise ChallengeFormatError(
+            path, "the file is empty; expected " + _expected(n_columns)
+        ) from None
+    except (ValueError, pd.errors.ParserError) as error:
+        _diagnose(path, n_columns)
+        raise ChallengeFormatError(path, f"unreadable ({error}); expected "
+                                   + _expected(n_columns)) from None
+    if not parts:
+        raise ChallengeFormatError(path, "the file is empty; expected " + _expected(n_columns))
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _first_bad(mask: np.ndarray) -> int:
+    """1-based line number of the first true entry."""
+    return int(np.flatnonzero(mask)[0]) + 1
+
+
+def read_triples(
+    path: PathLike,
+    shape: tuple[int | None, int | None] | None = None,
+    *,
+    width_note: str = "",
+) -> sp.csr_matrix:
+    """Read a challenge triple file into a 0-based float32 CSR matrix.
+
+    Parameters
+    ----------
+    path
+        ``row col value`` per line, 1-based, tab (or space) separated, plain or ``.gz``.
+    shape
+        Declared ``(rows, columns)``; indices beyond it are an error. ``None`` (for either
+        or both): the largest index read.
+    width_note
+        Appended to the message for a column beyond the declared width.
+
+    Raises
+    ------
+    FileNotFoundError
+        The file does not exist.
+    ChallengeFormatError
+        Empty file, wrong number of fields, a non-numeric field, an index below 1 or
+        beyond ``shape``; the message names the file and the first offending line.
+    """
+    path = Path(path)
+    table = _read_columns(path, 3)
+    rows, cols, values = table[:, 0], table[:, 1], table[:, 2]
+    for field, column in enumerate((rows, cols)):
+        what = ("row", "column")[field]
+        bad = column != np.floor(column)
+        if bad.any():
+            line = _first_bad(bad)
+            raise ChallengeFormatError(path, f"{what} {column[line - 1]!r} is not a whole number",
+                                       line)
+        bad = column < 1
+        if bad.any():
+            line = _first_bad(bad)
+            raise ChallengeFormatError(
+                path, f"{what} {int(column[line - 1])} is below 1 (indices are 1-based)", line
+            )
+        limit = None if shape is None else shape[field]
+        if limit is not None:
+            bad = column > limit
+            if bad.any():
+                line = _first_bad(bad)
+                raise ChallengeFormatError(
+                    path,
+                    f"{what} {int(column[line - 1])} is beyond the declared size {limit}"
+                    + (width_note if field == 1 else ""),
+                    line,
+                )
+    bad = ~np.isfinite(values)
+    if bad.any():
+        line = _first_bad(bad)
+        raise ChallengeFormatError(path, f"value {values[line - 1]!r} is not finite", line)
+    declared = (None, None) if shape is None else shape
+    full_shape = (
+        int(rows.max()) if declared[0] is None else int(declared[0]),
+        int(cols.max()) if declared[1] is None else int(declared[1]),
+    )
+    matrix = sp.csr_matrix(
+        (values.astype(np.float32), (rows.astype(np.int64) - 1, cols.astype(np.int64) - 1)),
+        shape=full_shape,
+    )
+    return as_csr32(matrix)
+
+
+def write_triples(path: PathLike, matrix: sp.spmatrix | sp.sparray) -> Path:
+    """Write ``matrix`` as 1-based ``row<TAB>col<TAB>value`` lines (gzipped if ``.gz``).
+
+    Rows are written in order, columns increasing within a row. The write is atomic: the
+    file appears whole or not at all.
+    """
+    coo = as_csr32(matrix).tocoo()
+    frame = pd.DataFrame({"row": coo.row + 1, "col": coo.col + 1, "value": coo.data})
+    return _atomic_write(Path(path), lambda handle: frame.to_csv(
+        handle, sep="\t", header=False, index=False, float_format="%.9g"))
+
+
+def _atomic_write(path: Path, write: Callable[[_io.TextIOBase], object]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        if path.suffix == ".gz":
+            # no name and mtime=0 in the header: identical content gives identical bytes
+            with open(tmp, "wb") as out, \
+                    gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0) as raw, \
+                    _io.TextIOWrapper(raw, encoding="ascii", newline="") as handle:
+                write(handle)
+        else:
+            with open(tmp, "w", encoding="ascii", newline="") as handle:
+                write(handle)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+# --------------------------------------------------------------------------- weights
+
+
+def read_layer(path: PathLike, n_neurons: int) -> sp.csr_matrix:
+    """Read one weight layer, ``n_neurons x n_neurons``."""
+    return read_triples(path, (n_neurons, n_neurons))
+
+
+def read_weights(
+    directory: PathLike,
+    n_neurons: int,
+    n_layers: int,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[sp.csr_matrix]:
+    """Read layers ``1..n_layers`` of the ``n_neurons`` network under ``directory``.
+
+    Raises
+    ------
+    FileNotFoundError
+        Naming every missing layer file (all are checked before any is parsed).
+    """
+    paths = [layer_path(directory, n_neurons, k) for k in range(1, n_layers + 1)]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3
+                                           else "")
+        raise FileNotFoundError(
+            f"{len(missing)} of {n_layers} layer files of the {n_neurons}-neuron network are "
+            f"missing under {directory}: {shown}"
+        )
+    layers = []
+    for k, path in enumerate(paths, start=1):
+        layers.append(read_layer(path, n_neurons))
+        if progress is not None:
+            progress(k, n_layers)
+    return layers
+
+
+def write_weights(directory: PathLike, layers: Iterable[sp.spmatrix], *,
+                  compress: bool = False) -> list[Path]:
+    """Write ``layers`` as ``directory/neuron{N}/n{N}-l{k}.tsv[.gz]``; returns the paths."""
+    written = []
+    for k, layer in enumerate(layers, start=1):
+        n = layer.shape[0]
+        name = f"n{n}-l{k}.tsv" + (".gz" if compress else "")
+        written.append(write_triples(Path(directory) / f"neuron{n}" / name, layer))
+    return written
+
+
+def _cache_key(paths: list[Path], extra: str) -> str:
+    digest = hashlib.sha256(extra.encode())
+    for path in paths:
+        stat = path.stat()
+        digest.update(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:24]
+
+
+def read_network(
+    directory: PathLike,
+    n_neurons: int,
+    n_layers: int,
+    *,
+    bias: float | np.ndarray | None = None,
+    ymax: float | None = None,
+    cache: bool | PathLike = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> Network:
+    """Read a challenge network (weights) into a :class:`~sdnn_dask.network.Network`.
+
+    Parameters
+    ----------
+    directory
+        The challenge folder (holding ``neuron{N}/``) or the ``neuron{N}`` folder itself.
+    n_neurons, n_layers
+        Which network: the first ``n_layers`` layers of the ``n_neurons`` one.
+    bias, ymax
+        As in :class:`~sdnn_dask.network.Network` (challenge values by default).
+    cache
+        ``True`` to keep a binary copy in the cache folder (``sdnn.cache-dir``), or a folder
+        to keep it in. The copy is keyed by the layer files' paths, sizes and mtimes, so an
+        edited file is read again.
+    progress
+        Called as ``progress(done, total)`` after each layer file is parsed.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from sdnn_dask.radixnet import make_network
+    >>> folder = tempfile.mkdtemp()
+    >>> _ = write_weights(folder, make_network(1024, 2).layers)
+    >>> read_network(folder, 1024, 2).edges
+    65536
+    """
+    paths = [layer_path(directory, n_neurons, k) for k in range(1, n_layers + 1)]
+    cache_file = None
+    if cache:
+        folder = config.cache_dir() if cache is True else Path(cache)
+        if all(p.is_file() for p in paths):
+            key = _cache_key(paths, f"{n_neurons}-{n_layers}")
+            cache_file = folder / f"n{n_neurons}-l{n_layers}-{key}.npz"
+            if cache_file.is_file():
+                layers = _load_layers(cache_file, n_neurons)
+                if layers is not None:
+                    return Network(layers, bias=bias, ymax=ymax,
+                                   name=f"{Path(directory).name}-{n_neurons}-{n_layers}")
+    layers = read_weights(directory, n_neurons, n_layers, progress=progress)
+    if cache_file is not None:
+        _save_layers(cache_file, layers)
+    return Network(layers, bias=bias, ymax=ymax,
+                   name=f"{Path(directory).name}-{n_neurons}-{n_layers}")
+
+
+def _save_layers(path: Path, layers: list[sp.csr_matrix]) -> None:
+    counts = np.array([w.nnz for w in layers], dtype=np.int64)
+    arrays = {
+        "nnz": counts,
+        "indptr": np.concatenate([w.indptr.astype(np.int64) for w in layers]),
+        "indices": np.concatenate([w.indices.astype(np.int32) for w in layers]),
+        "data": np.concatenate([w.data for w in layers]),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        with open(tmp, "wb") as handle:
+            np.savez(handle, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _load_layers(path: Path, n_neurons: int) -> list[sp.csr_matrix] | None:
+    """Layers from a cache file, or ``None`` if it is unreadable (then it is re-made)."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            counts, indptr = archive["nnz"], archive["indptr"]
+            indices, data = archive["indices"], archive["data"]
+    except (OSError, ValueError, KeyError):
+        return None
+    layers = []
+    ptr_offset = nz_offset = 0
+    for nnz in counts:
+        ptr = indptr[ptr_offset : ptr_offset + n_neurons + 1]
+        layers.append(sp.csr_matrix(
+            (data[nz_offset : nz_offset + nnz], indices[nz_offset : nz_offset + nnz], ptr),
+            shape=(n_neurons, n_neurons),
+        ))
+        ptr_offset += n_neurons + 1
+        nz_offset += int(nnz)
+    return layers
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def read_inputs(path: PathLike, n_neurons: int, n_rows: int | None = None) -> sp.csr_matrix:
+    """Read input images (``sparse-images-{N}.tsv``) as a ``rows x n_neurons`` CSR.
+
+    Parameters
+    ----------
+    path
+        The inputs file, or the challenge folder holding ``sparse-images-{N}.tsv[.gz]``.
+    n_neurons
+        Width of the network the inputs are for.
+    n_rows
+        Declared number of rows (60000 in the challenge); by default the largest row id.
+
+    Raises
+    ------
+    ChallengeFormatError
+        As :func:`read_triples`; a column beyond ``n_neurons`` is reported as inputs that
+        do not fit the network.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = inputs_path(path, n_neurons)
+    note = f": the inputs are wider than the network's {n_neurons} neurons"
+    return read_triples(path, (n_rows, n_neurons), width_note=note)
+
+
+def write_inputs(path: PathLike, inputs: sp.spmatrix) -> Path:
+    """Write inputs as ``sparse-images`` triples (1-based); ``.gz`` names are gzipped."""
+    return write_triples(path, inputs)
+
+
+# --------------------------------------------------------------------------- categories
+
+
+def read_categories(path: PathLike) -> np.ndarray:
+    """Read a truth/categories file: sorted 0-based row ids (int64).
+
+    An empty file is a valid answer (no row survives) and gives an empty array.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    if path.stat().st_size == 0:
+        return np.empty(0, dtype=np.int64)
+    try:
+        table = _read_columns(path, 1)
+    except ChallengeFormatError as error:
+        if "is empty" in str(error):
+            return np.empty(0, dtype=np.int64)
+        raise
+    ids = table[:, 0]
+    bad = (ids != np.floor(ids)) | (ids < 1)
+    if bad.any():
+        line = _first_bad(bad)
+        raise ChallengeFormatError(path, f"row id {ids[line - 1]!r} is not a whole number >= 1",
+                                   line)
+    return np.unique(ids.astype(np.int64) - 1)
+
+
+def write_categories(path: PathLike, categories: Iterable[int]) -> Path:
+    """Write 0-based row ids as a 1-based categories file, one per line, increasing."""
+    ids = np.unique(np.asarray(list(categories) if not isinstance(categories, np.ndarray)
+                               else categories, dtype=np.int64))
+    return _atomic_write(Path(path), lambda handle: handle.write(
+        "".join(f"{i + 1}\n" for i in ids.tolist())))

@@ -1,0 +1,111 @@
+"""The sparse DNN: weight layers, bias and clamp, as every strategy consumes it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from . import config
+
+
+def as_csr32(matrix: sp.spmatrix | sp.sparray | np.ndarray) -> sp.csr_matrix:
+    """Return ``matrix`` as canonical float32 CSR (sorted, duplicates summed, no zeros).
+
+    Explicit zeros are dropped: in the challenge a stored zero is no edge. Returns the
+    input itself when it is already canonical float32 CSR.
+    """
+    csr = sp.csr_matrix(matrix, dtype=np.float32, copy=False)
+    csr.sum_duplicates()  # also sorts indices
+    csr.eliminate_zeros()
+    return csr
+
+
+@dataclass(eq=False)
+class Network:
+    """A sparse DNN in the challenge's row-vector convention (``Y = Y @ W``).
+
+    Parameters
+    ----------
+    layers
+        Weight matrices ``W_1 .. W_L``, each ``N x N``; converted to float32 CSR.
+    bias
+        One bias for every neuron and layer (scalar), or a per-neuron vector of length N.
+        ``None`` takes the challenge value for N (``-0.3`` for N = 1024, ...).
+    ymax
+        Clamp of the activations (32 in the challenge). ``None`` takes ``sdnn.ymax``.
+    name
+        Label used in records and reports, e.g. ``"radixnet-1024-120"``.
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp
+    >>> net = Network([sp.identity(4, format="csr")] * 3, bias=-0.1, ymax=32)
+    >>> net.n_neurons, net.n_layers, net.edges
+    (4, 3, 12)
+    """
+
+    layers: Sequence[sp.csr_matrix]
+    bias: float | np.ndarray | None = None
+    ymax: float | None = None
+    name: str = "network"
+    _transposed: list[sp.csr_matrix] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if len(self.layers) == 0:
+            raise ValueError("a network needs at least one layer")
+        layers = [as_csr32(w) for w in self.layers]
+        n = layers[0].shape[0]
+        for k, w in enumerate(layers, start=1):
+            if w.shape != (n, n):
+                raise ValueError(
+                    f"layer {k} has shape {w.shape}; every layer must be {n} x {n} "
+                    "(the first layer's size)"
+                )
+        self.layers = layers
+        if self.bias is None:
+            self.bias = config.default_bias(n)
+        bias = np.asarray(self.bias, dtype=np.float32)
+        if bias.ndim == 0:
+            bias = np.full(n, float(bias), dtype=np.float32)
+        if bias.shape != (n,):
+            raise ValueError(f"bias must be a scalar or a vector of length {n}, got {bias.shape}")
+        self.bias = bias
+        self.ymax = float(config.get("ymax") if self.ymax is None else self.ymax)
+        if not self.ymax > 0:
+            raise ValueError(f"ymax must be positive, got {self.ymax}")
+
+    @property
+    def n_neurons(self) -> int:
+        """Neurons per layer (N)."""
+        return int(self.layers[0].shape[0])
+
+    @property
+    def n_layers(self) -> int:
+        """Number of weight layers (L)."""
+        return len(self.layers)
+
+    @property
+    def edges(self) -> int:
+        """Total nonzero weights, ``sum_k nnz(W_k)`` (the challenge's edge count)."""
+        return int(sum(w.nnz for w in self.layers))
+
+    @property
+    def transposed(self) -> list[sp.csr_matrix]:
+        """``W_k^T`` in CSR (the CSC of ``W_k``), built once, for the dense kernel."""
+        if self._transposed is None:
+            self._transposed = [as_csr32(w.T) for w in self.layers]
+        return self._transposed
+
+    def truncated(self, n_layers: int, name: str | None = None) -> Network:
+        """The first ``n_layers`` layers (the challenge's deeper networks share them)."""
+        if not 1 <= n_layers <= self.n_layers:
+            raise ValueError(f"n_layers must be in 1..{self.n_layers}, got {n_layers}")
+        return Network(
+            self.layers[:n_layers],
+            bias=self.bias,
+            ymax=self.ymax,
+            name=name or f"{self.name}[:{n_layers}]",
+        )

@@ -1,0 +1,74 @@
+"""Shared fixtures: the real challenge data (when present) and a real Dask cluster."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from sdnn_dask import io
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _shared_data() -> Path | None:
+    env = os.environ.get("SDNN_GRAPHCHALLENGE_DATA")
+    candidates = [Path(env)] if env else []
+    candidates.append(REPO.parent / "shared" / "data" / "graphchallenge")
+    for path in candidates:
+        if (path / "neuron1024").is_dir():
+            return path
+    return None
+
+
+SHARED = _shared_data()
+needs_shared = pytest.mark.skipif(
+    SHARED is None,
+    reason="official challenge data not found: set SDNN_GRAPHCHALLENGE_DATA or place it at "
+           "../shared/data/graphchallenge beside the repo",
+)
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if SHARED is None:
+        pytest.skip("official challenge data not found (../shared/data/graphchallenge or "
+                    "$SDNN_GRAPHCHALLENGE_DATA)")
+    return SHARED
+
+
+@pytest.fixture(scope="session")
+def official_network(shared_data, tmp_path_factory):
+    """The official 1024-120 network (cached in a per-session temp folder)."""
+    cache = tmp_path_factory.mktemp("npz-cache")
+    return io.read_network(shared_data, 1024, 120, cache=cache)
+
+
+@pytest.fixture(scope="session")
+def official_inputs(shared_data) -> sp.csr_matrix:
+    """The official rows 1..1200 of sparse-images-1024."""
+    return io.read_inputs(shared_data / "sparse-images-1024-rows1-1200.tsv.gz", 1024)
+
+
+@pytest.fixture(scope="session")
+def official_truth(shared_data) -> np.ndarray:
+    """Truth categories (0-based) with id <= 1200: the rows of the official subset."""
+    truth = io.read_categories(shared_data / "neuron1024-l120-categories.tsv.gz")
+    return truth[truth < 1200]
+
+
+@pytest.fixture(scope="session")
+def client():
+    """A real distributed LocalCluster: 2 single-threaded worker processes, loopback."""
+    from sdnn_dask.cluster import local_client
+
+    with local_client(2) as c:
+        yield c
+
+
+def pytest_report_header(config):
+    seed = os.environ.get("HYPOTHESIS_SEED", "random (printed on failure)")
+    return [f"shared data: {SHARED or 'absent (those tests skip)'}", f"hypothesis seed: {seed}"]

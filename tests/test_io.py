@@ -1,0 +1,178 @@
+"""Challenge file I/O: round trips, the official files, clear errors, the binary cache."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import time
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from sdnn_dask import io
+from sdnn_dask.io import ChallengeFormatError
+from sdnn_dask.radixnet import make_network
+
+
+def _write(path, text: str):
+    if path.suffix == ".gz":
+        with gzip.open(path, "wt") as f:
+            f.write(text)
+    else:
+        path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".tsv", ".tsv.gz"])
+def test_triples_round_trip(tmp_path, suffix):
+    rng = np.random.default_rng(1)
+    m = sp.random(50, 40, density=0.1, format="csr", dtype=np.float32, rng=rng)
+    m.data = np.round(m.data * 64) / 16 + 0.0625  # nonzero, exactly representable
+    path = io.write_triples(tmp_path / f"m{suffix}", m)
+    back = io.read_triples(path, (50, 40))
+    assert back.dtype == np.float32 and back.shape == (50, 40)
+    assert (back != m).nnz == 0
+    first = (gzip.open(path, "rt") if suffix.endswith(".gz") else open(path)).readline()
+    r, c = m.tocoo().row, m.tocoo().col
+    order = np.lexsort((c, r))
+    assert first.split("\t")[:2] == [str(r[order[0]] + 1), str(c[order[0]] + 1)]  # 1-based
+
+
+def test_weights_and_network_round_trip(tmp_path):
+    net = make_network(1024, 3, seed=2)
+    paths = io.write_weights(tmp_path, net.layers, compress=True)
+    assert [p.name for p in paths] == [f"n1024-l{k}.tsv.gz" for k in (1, 2, 3)]
+    back = io.read_network(tmp_path, 1024, 3)
+    assert back.edges == net.edges
+    for a, b in zip(back.layers, net.layers, strict=True):
+        assert (a != b).nnz == 0
+    # the neuron{N} folder itself works too
+    assert io.read_network(tmp_path / "neuron1024", 1024, 2).n_layers == 2
+
+
+def test_categories_round_trip(tmp_path):
+    ids = np.array([5, 0, 17, 5])
+    path = io.write_categories(tmp_path / "c.tsv", ids)
+    assert path.read_text() == "1\n6\n18\n"
+    assert io.read_categories(path).tolist() == [0, 5, 17]
+    empty = io.write_categories(tmp_path / "e.tsv", [])
+    assert io.read_categories(empty).size == 0
+
+
+def test_official_layers_read_fast_and_cached(shared_data, tmp_path):
+    start = time.perf_counter()
+    net = io.read_network(shared_data, 1024, 120, cache=tmp_path)
+    parse = time.perf_counter() - start
+    assert net.n_layers == 120 and net.edges == 32 * 1024 * 120
+    assert all(w.dtype == np.float32 for w in net.layers)
+    assert {float(v) for w in net.layers[:3] for v in np.unique(w.data)} == {0.0625}
+    cached = list(tmp_path.glob("*.npz"))
+    assert len(cached) == 1
+    start = time.perf_counter()
+    again = io.read_network(shared_data, 1024, 120, cache=tmp_path)
+    print(f"parse {parse:.2f} s, cached {time.perf_counter() - start:.3f} s")
+    for a, b in zip(net.layers, again.layers, strict=True):
+        assert (a != b).nnz == 0
+    # the cache is plain arrays: loadable without pickle
+    with np.load(cached[0], allow_pickle=False) as archive:
+        assert set(archive.files) == {"nnz", "indptr", "indices", "data"}
+
+
+def test_cache_is_invalidated_by_an_edited_file(tmp_path):
+    data = tmp_path / "data"
+    net = make_network(1024, 2, seed=0)
+    io.write_weights(data, net.layers)
+    cache = tmp_path / "cache"
+    io.read_network(data, 1024, 2, cache=cache)
+    layer2 = data / "neuron1024" / "n1024-l2.tsv"
+    lines = layer2.read_text().splitlines()
+    lines[0] = lines[0].rsplit("\t", 1)[0] + "\t0.5"
+    layer2.write_text("\n".join(lines) + "\n")
+    os.utime(layer2, ns=(time.time_ns(), time.time_ns() + 10**9))
+    edited = io.read_network(data, 1024, 2, cache=cache)
+    assert edited.layers[1].data.max() == np.float32(0.5)
+
+
+def test_official_inputs_and_truth(official_inputs, official_truth):
+    assert official_inputs.shape == (1200, 1024)
+    assert official_inputs.nnz == 122713
+    assert set(np.unique(official_inputs.data).tolist()) == {1.0}
+    assert len(official_truth) == 19
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "fragment"),
+    [
+        ("1\t1\t0.5\n2\t2\n", 2, "2 fields"),
+        ("1\t1\t0.5\n2\t2\t0.5\t9\n", 2, "4 fields"),
+        ("1\t1\t0.5\n2\tx\t0.5\n", 2, "'x', not a number"),
+        ("1\t1\t0.5\n0\t2\t0.5\n", 2, "row 0 is below 1"),
+        ("1\t1\t0.5\n2\t9\t0.5\n", 2, "column 9 is beyond the declared size 4"),
+        ("1\t1\t0.5\n2\t1.5\t0.5\n", 2, "not a whole number"),
+        ("1\t1\t0.5\n\n2\t2\t0.5\n", 2, "0 fields"),
+    ],
+)
+@pytest.mark.parametrize("suffix", [".tsv", ".tsv.gz"])
+def test_bad_triples_name_file_and_line(tmp_path, text, line, fragment, suffix):
+    path = _write(tmp_path / f"bad{suffix}", text)
+    with pytest.raises(ChallengeFormatError) as info:
+        io.read_triples(path, (4, 4))
+    assert info.value.line == line
+    assert str(path) in str(info.value)
+    assert f"line {line}" in str(info.value)
+    assert fragment in str(info.value)
+
+
+def test_empty_file(tmp_path):
+    path = _write(tmp_path / "empty.tsv", "")
+    with pytest.raises(ChallengeFormatError, match="empty"):
+        io.read_triples(path, (4, 4))
+
+
+def test_missing_layer_files_are_all_named(tmp_path):
+    io.write_weights(tmp_path, make_network(1024, 2).layers)
+    with pytest.raises(FileNotFoundError) as info:
+        io.read_network(tmp_path, 1024, 5)
+    message = str(info.value)
+    assert "3 of 5 layer files" in message and "n1024-l3.tsv" in message
+
+
+def test_inputs_wider_than_the_network(tmp_path):
+    path = _write(tmp_path / "sparse-images-64.tsv", "1\t3\t1\n2\t65\t1\n")
+    with pytest.raises(ChallengeFormatError) as info:
+        io.read_inputs(path, 64)
+    assert info.value.line == 2
+    assert "wider than the network's 64 neurons" in str(info.value)
+
+
+def test_inputs_from_folder_and_declared_rows(tmp_path):
+    m = sp.csr_matrix(np.array([[1, 0, 0, 0], [0, 0, 0, 0], [0, 1, 1, 0]], dtype=np.float32))
+    io.write_inputs(tmp_path / "sparse-images-4.tsv.gz", m)
+    assert io.read_inputs(tmp_path, 4).shape == (3, 4)
+    assert io.read_inputs(tmp_path, 4, n_rows=10).shape == (10, 4)
+    with pytest.raises(ChallengeFormatError, match="beyond the declared size 2"):
+        io.read_inputs(tmp_path, 4, n_rows=2)
+
+
+def test_bad_categories(tmp_path):
+    path = _write(tmp_path / "c.tsv", "3\n0\n")
+    with pytest.raises(ChallengeFormatError) as info:
+        io.read_categories(path)
+    assert info.value.line == 2
+
+
+def test_failed_write_leaves_old_file(tmp_path, monkeypatch):
+    path = io.write_categories(tmp_path / "c.tsv", [1, 2])
+
+    class Boom(RuntimeError):
+        pass
+
+    def explode(handle):
+        handle.write("1\n")
+        raise Boom
+
+    with pytest.raises(Boom):
+        io._atomic_write(path, explode)
+    assert path.read_text() == "2\n3\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["c.tsv"]
