@@ -1,0 +1,87 @@
+"""The compiled kernel against the plain reference, on every path it can take."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sdnn_dask.kernels import forward_block
+from sdnn_dask.network import Network
+from sdnn_dask.radixnet import make_inputs, make_network
+from sdnn_dask.reference import infer_reference
+from sdnn_dask.testing import assert_same_result
+
+PATHS = {"sparse": dict(dense_threshold=2.0), "dense": dict(dense_threshold=0.0),
+         "auto": {}}
+
+
+def random_network(rng, n, layers, density, negative):
+    ws = []
+    for _ in range(layers):
+        w = sp.random(n, n, density=density, format="csr", dtype=np.float32, rng=rng)
+        w.data = (w.data * 8).round() / 8 + 0.125  # exact eighths, no accidental zeros
+        if negative:
+            w.data[rng.random(w.nnz) < 0.3] *= -1
+        ws.append(w)
+    bias = -rng.random(n).astype(np.float32) * 0.5
+    return Network(ws, bias=bias, ymax=float(rng.choice([1.0, 4.0, 32.0])))
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_official_subset(official_network, official_inputs, official_truth, path):
+    out = forward_block(official_network, official_inputs, **PATHS[path])
+    assert out.rows.tolist() == official_truth.tolist()
+    assert_same_result(out.to_csr(), infer_reference(official_network, official_inputs))
+    if path != "auto":
+        assert set(out.trace["mode"]) <= {path, "none"}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.sampled_from([8, 33, 64]),
+    rows=st.integers(0, 70),
+    layers=st.integers(1, 6),
+    density=st.floats(0.02, 0.5),
+    negative=st.booleans(),
+    path=st.sampled_from(sorted(PATHS)),
+    chunk=st.sampled_from([None, 1, 7]),
+)
+def test_matches_reference(seed, n, rows, layers, density, negative, path, chunk):
+    rng = np.random.default_rng(seed)
+    net = random_network(rng, n, layers, density, negative)
+    y = sp.random(rows, n, density=0.3, format="csr", dtype=np.float32, rng=rng)
+    y.data = np.ceil(y.data * 4)
+    kwargs = dict(PATHS[path])
+    if chunk is not None:
+        kwargs["max_dense_bytes"] = chunk * 4 * n  # at most `chunk` rows per dense tile
+    out = forward_block(net, y, **kwargs)
+    assert out.n_rows == rows
+    assert np.all(np.diff(out.rows) > 0)
+    assert_same_result(out.to_csr(), infer_reference(net, y))
+
+
+def test_rows_are_compacted():
+    net = make_network(1024, 24, seed=0)
+    y = make_inputs(500, 1024, seed=3)
+    out = forward_block(net, y)
+    rows_in = out.trace["rows_in"].to_numpy()
+    rows_out = out.trace["rows_out"].to_numpy()
+    assert (rows_in[1:] == rows_out[:-1]).all()  # each layer sees only the survivors
+    assert rows_out[-1] == len(out.rows) < 500
+
+
+def test_empty_and_all_dead():
+    net = Network([sp.identity(16, format="csr")] * 3, bias=-5.0)
+    assert forward_block(net, sp.csr_matrix((0, 16))).to_csr().shape == (0, 16)
+    dead = forward_block(net, sp.csr_matrix(np.ones((4, 16))))
+    assert dead.rows.size == 0 and dead.to_csr().nnz == 0
+    assert list(dead.trace["rows_out"]) == [0, 0, 0]
+
+
+def test_width_mismatch():
+    with pytest.raises(ValueError, match="columns"):
+        forward_block(make_network(1024, 1), sp.csr_matrix((2, 64)))
