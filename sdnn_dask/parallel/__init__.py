@@ -1,0 +1,19 @@
+"""Executors: serial, data-parallel; one :class:`RunResult` type for all."""
+
+from ..result import Agreement, RunResult, compare_outputs, network_info
+from .data import DataParallelExecutor, run_block
+from .serial import SERIAL_METHODS, run_serial
+
+STRATEGIES = ("reference", "kernel", "data")
+
+__all__ = [
+    "SERIAL_METHODS",
+    "STRATEGIES",
+    "Agreement",
+    "DataParallelExecutor",
+    "RunResult",
+    "compare_outputs",
+    "network_info",
+    "run_block",
+    "run_serial",
+]

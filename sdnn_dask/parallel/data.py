@@ -1,0 +1,213 @@
+"""Data parallelism: blocks of input rows, every worker holding all the weights.
+
+The weights go to every worker once (``scatter(..., broadcast=True)``) and stay there for
+every later run. A run splits the rows by a row partition, places the blocks on the
+workers, then maps the kernel over them: each block runs through all layers on one worker
+with no communication between layers, and only its surviving rows come back. The result
+is put back into the original row order, so the partition changes where the work runs,
+never the answer.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import dask.array as da
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+from distributed import Client, Future, get_worker, wait
+
+from .. import config
+from ..kernels import forward_block, warm_up_kernels
+from ..network import Network, as_csr32
+from ..partition import make_row_partition
+from ..result import RunResult, network_info
+
+
+def run_block(network: Network, block: Any, block_id: int) -> dict[str, Any]:
+    """Run one block of rows through the network (executed on a worker).
+
+    ``block`` is a scipy sparse matrix or a pydata/sparse array. Returns the surviving rows
+    (block-local ids), their activations, the compute time measured here and the trace.
+    """
+    csr = as_csr32(block.tocsr() if hasattr(block, "tocsr") else block)
+    start = time.perf_counter()
+    out = forward_block(network, csr)
+    compute = time.perf_counter() - start
+    try:
+        worker = get_worker().address
+    except ValueError:  # called outside a worker (e.g. in a test)
+        worker = "local"
+    return {
+        "block": block_id,
+        "worker": worker,
+        "n_rows": out.n_rows,
+        "rows": out.rows,
+        "values": out.values,
+        "compute_s": compute,
+        "trace": out.trace,
+    }
+
+
+def _n_workers(client: Client) -> int:
+    return len(client.nthreads())
+
+
+class DataParallelExecutor:
+    """Run data-parallel inference of one network on a Dask cluster.
+
+    Parameters
+    ----------
+    client
+        Any ``distributed.Client``.
+    network
+        The network; sent to every worker once, here.
+    warm_up
+        Compile the kernels on every worker now, so runs are timed warm.
+
+    Examples
+    --------
+    >>> from distributed import Client, LocalCluster  # doctest: +SKIP
+    >>> from sdnn_dask.radixnet import make_network, make_inputs  # doctest: +SKIP
+    >>> client = Client(LocalCluster(n_workers=2, threads_per_worker=1))  # doctest: +SKIP
+    >>> executor = DataParallelExecutor(client, make_network(1024, 120))  # doctest: +SKIP
+    >>> result = executor.run(make_inputs(6000), partition="hash")  # doctest: +SKIP
+    """
+
+    strategy = "data"
+
+    def __init__(self, client: Client, network: Network, *, warm_up: bool = True):
+        self.client = client
+        self.network = network
+        _ = network.transposed  # ship the transposes with the weights: no per-run rebuild
+        self._weights: Future = client.scatter(network, broadcast=True, hash=False)
+        if warm_up:
+            client.run(warm_up_kernels)
+
+    @property
+    def n_workers(self) -> int:
+        """Workers connected now."""
+        return _n_workers(self.client)
+
+    def run(
+        self,
+        inputs: sp.spmatrix | sp.sparray | da.Array,
+        *,
+        partition: str | None = None,
+        n_blocks: int | None = None,
+        seed: int = 0,
+        nbuckets: int | None = None,
+    ) -> RunResult:
+        """Infer ``inputs`` with rows split into blocks.
+
+        Parameters
+        ----------
+        inputs
+            ``rows x N`` scipy sparse matrix, or a ``dask.array`` whose chunks are
+            pydata/sparse (or scipy) arrays: then its row chunks are the blocks.
+        partition
+            ``"block"`` (default), ``"hash"`` or ``"random"`` (scipy inputs only).
+        n_blocks
+            Blocks (default: ``sdnn.data-parallel.blocks-per-worker`` per worker). May
+            exceed the number of workers or of rows.
+        seed
+            Seed of the ``"random"`` partition.
+        nbuckets
+            Buckets of the ``"hash"`` partition (default ``sdnn.data-parallel.nbuckets``).
+        """
+        if isinstance(inputs, da.Array):
+            if partition not in (None, "block", "chunks"):
+                raise ValueError(
+                    "a dask array is split by its own row chunks; rechunk it, or pass a "
+                    f"scipy matrix to use the {partition!r} partition"
+                )
+            return self._run_dask_array(inputs)
+        partition = partition or "block"
+        nbuckets = int(nbuckets or config.get("data-parallel.nbuckets"))
+        y = as_csr32(inputs)
+        self._check_width(y.shape)
+        if n_blocks is None:
+            n_blocks = self.n_workers * int(config.get("data-parallel.blocks-per-worker"))
+        part = make_row_partition(partition, y.shape[0], n_blocks, seed=seed, nbuckets=nbuckets)
+        row_ids = part.blocks()
+        # Place the blocks (round-robin over the workers) before the clock starts.
+        futures = self.client.scatter([y[ids] for ids in row_ids], hash=False)
+        self._wait(futures)
+        results, wall = self._map(futures)
+        params = {"seed": seed} if partition == "random" else {}
+        if partition == "hash":
+            params["nbuckets"] = nbuckets
+        return self._assemble(results, row_ids, y.shape[0], wall, partition, params)
+
+    def _check_width(self, shape: tuple[int, ...]) -> None:
+        if len(shape) != 2 or shape[1] != self.network.n_neurons:
+            raise ValueError(
+                f"inputs have shape {shape}; the network needs rows x {self.network.n_neurons}"
+            )
+
+    def _run_dask_array(self, inputs: da.Array) -> RunResult:
+        self._check_width(inputs.shape)
+        if len(inputs.chunks[1]) != 1:
+            inputs = inputs.rechunk({1: -1})  # a block needs whole rows
+        futures = self.client.compute(list(inputs.to_delayed()[:, 0]))
+        self._wait(futures)
+        sizes = inputs.chunks[0]
+        starts = np.concatenate([[0], np.cumsum(sizes)])
+        row_ids = [np.arange(starts[b], starts[b + 1]) for b in range(len(sizes))]
+        results, wall = self._map(futures)
+        return self._assemble(results, row_ids, int(inputs.shape[0]), wall, "chunks", {})
+
+    def _wait(self, futures: list[Future]) -> None:
+        with self.client.as_current():  # wait() looks up the current client
+            wait(futures)
+
+    def _map(self, block_futures: list[Future]) -> tuple[list[dict[str, Any]], float]:
+        start = time.perf_counter()
+        tasks = [
+            self.client.submit(run_block, self._weights, block, b, pure=False)
+            for b, block in enumerate(block_futures)
+        ]
+        results = self.client.gather(tasks)
+        return results, time.perf_counter() - start
+
+    def _assemble(
+        self,
+        results: list[dict[str, Any]],
+        row_ids: list[np.ndarray],
+        n_inputs: int,
+        wall: float,
+        partition: str,
+        params: dict[str, Any],
+    ) -> RunResult:
+        n = self.network.n_neurons
+        rows, cols, vals, blocks, layers = [], [], [], [], []
+        for res, ids in zip(results, row_ids, strict=True):
+            if res["n_rows"] != len(ids):
+                raise RuntimeError(f"block {res['block']} came back with {res['n_rows']} rows, "
+                                   f"sent {len(ids)}")
+            coo = res["values"].tocoo()
+            rows.append(ids[res["rows"][coo.row]])  # block-local -> original row ids
+            cols.append(coo.col)
+            vals.append(coo.data)
+            blocks.append({"block": res["block"], "worker": res["worker"], "rows": len(ids),
+                           "survivors": len(res["rows"]), "compute_s": res["compute_s"]})
+            layers.append(res["trace"].assign(block=res["block"]))
+        output = sp.csr_matrix(
+            (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+            shape=(n_inputs, n),
+        )
+        return RunResult(
+            strategy=self.strategy,
+            partition=partition,
+            network=network_info(self.network),
+            n_inputs=n_inputs,
+            n_workers=self.n_workers,
+            n_blocks=len(row_ids),
+            output=as_csr32(output),
+            wall_seconds=wall,
+            blocks=pd.DataFrame(blocks),
+            layers=pd.concat(layers, ignore_index=True),
+            params=params,
+        )
