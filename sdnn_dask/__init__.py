@@ -1,0 +1,51 @@
+"""sdnn_dask: run and compare parallel strategies for sparse DNN inference on Dask.
+
+The HPEC/MIT Sparse DNN Graph Challenge, on Dask: read the challenge files or generate
+RadiX-Net networks and MNIST-like inputs, run the serial reference and data-parallel
+inference on any ``distributed`` cluster, check the results, and record every timing.
+
+Examples
+--------
+>>> from sdnn_dask import make_network, make_inputs, infer_reference
+>>> net = make_network(1024, 12)
+>>> result = infer_reference(net, make_inputs(100, 1024))
+>>> result.output.shape
+(100, 1024)
+"""
+
+from . import config  # noqa: F401  (registers the sdnn.* defaults in dask.config)
+from .images import make_inputs
+from .io import (
+    ChallengeFormatError,
+    read_categories,
+    read_inputs,
+    read_network,
+    write_categories,
+    write_inputs,
+    write_weights,
+)
+from .kernels import forward_block
+from .network import Network
+from .radixnet import make_network
+from .reference import check_categories, infer_reference
+from .result import RunResult, compare_outputs
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ChallengeFormatError",
+    "Network",
+    "RunResult",
+    "check_categories",
+    "compare_outputs",
+    "forward_block",
+    "infer_reference",
+    "make_inputs",
+    "make_network",
+    "read_categories",
+    "read_inputs",
+    "read_network",
+    "write_categories",
+    "write_inputs",
+    "write_weights",
+]

@@ -1,0 +1,175 @@
+"""Timing records: one tidy pandas row per (run, block), and one per (run, block, layer).
+
+Schema of the run records (``records.csv``), one row per block of a run; the run-level
+columns repeat on each of its rows so any row stands on its own:
+
+==================  =========================================================================
+column              meaning
+==================  =========================================================================
+study               id of the invocation that made the run (one ``compare`` = one study)
+run_id              id of the run
+time                when the run's record was made (UTC, ISO 8601)
+host                machine that drove the run
+strategy            ``reference`` | ``kernel`` (serial) | ``data`` (data parallelism)
+partition           ``none`` | ``block`` | ``hash`` | ``random`` | ``chunks``
+network             network name; ``neurons``, ``layers``, ``edges`` (sum of nnz(W_k))
+inputs              input rows
+workers, blocks     Dask workers used, blocks the rows were split into
+block, worker       this row's block and the worker that ran it
+rows, survivors     input rows of the block, and those nonzero after the last layer
+compute_s           seconds in the kernel, measured on the worker
+wall_s              the run's inference seconds seen by the caller
+edges_per_s         ``inputs * edges / wall_s``
+imbalance           max/mean of ``compute_s`` over the run's blocks (1 = perfect)
+survivor_imbalance  max/mean of ``survivors`` over the run's blocks
+check               ``PASS``/``FAIL``: categories equal the truth (``check_against=truth``)
+                    or, without a truth file, the serial reference's
+check_against       ``truth`` | ``reference``
+max_abs_diff        largest difference of any activation from the serial reference
+params              other parameters as ``key=value;...`` (seed, nbuckets)
+versions            ``sdnn_dask, dask, distributed, numpy, scipy, numba, python`` versions
+==================  =========================================================================
+
+Layer records (``layers.csv``): ``study, run_id, block, layer, mode, rows_in, rows_out,
+nnz_out, seconds``.
+
+Files are appended atomically: the new table is written beside the old one and renamed
+over it, so an interrupted write leaves the old file intact.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import tempfile
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .partition import imbalance
+from .result import RunResult
+
+RUN_COLUMNS = [
+    "study", "run_id", "time", "host", "strategy", "partition", "network", "neurons",
+    "layers", "edges", "inputs", "workers", "blocks", "block", "worker", "rows",
+    "survivors", "compute_s", "wall_s", "edges_per_s", "imbalance", "survivor_imbalance",
+    "check", "check_against", "max_abs_diff", "params", "versions",
+]
+LAYER_COLUMNS = ["study", "run_id", "block", "layer", "mode", "rows_in", "rows_out",
+                 "nnz_out", "seconds"]
+RECORDS_FILE = "records.csv"
+LAYERS_FILE = "layers.csv"
+
+_VERSIONED = ("sdnn_dask", "dask", "distributed", "numpy", "scipy", "numba")
+
+
+def versions() -> str:
+    """Versions of the libraries that shape a timing, as one string."""
+    parts = []
+    for name in _VERSIONED:
+        try:
+            parts.append(f"{name}={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            parts.append(f"{name}=?")
+    parts.append(f"python={platform.python_version()}")
+    return ";".join(parts)
+
+
+def new_study_id() -> str:
+    """A sortable id for a group of runs: UTC time to the second."""
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def run_records(
+    result: RunResult,
+    *,
+    study: str,
+    check: str | None = None,
+    check_against: str = "reference",
+    max_abs_diff: float | None = None,
+) -> pd.DataFrame:
+    """The per-block rows of one run, in :data:`RUN_COLUMNS` order."""
+    blocks = result.blocks
+    frame = blocks[["block", "worker", "rows", "survivors", "compute_s"]].copy()
+    run_level = {
+        "study": study,
+        "run_id": result.run_id,
+        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "host": socket.gethostname(),
+        "strategy": result.strategy,
+        "partition": result.partition,
+        "network": result.network["name"],
+        "neurons": result.network["neurons"],
+        "layers": result.network["layers"],
+        "edges": result.network["edges"],
+        "inputs": result.n_inputs,
+        "workers": result.n_workers,
+        "blocks": result.n_blocks,
+        "wall_s": result.wall_seconds,
+        "edges_per_s": result.edges_per_second,
+        "imbalance": imbalance(blocks["compute_s"]),
+        "survivor_imbalance": imbalance(blocks["survivors"]),
+        "check": check,
+        "check_against": check_against,
+        "max_abs_diff": np.nan if max_abs_diff is None else max_abs_diff,
+        "params": ";".join(f"{k}={v}" for k, v in sorted(result.params.items())),
+        "versions": versions(),
+    }
+    for column, value in run_level.items():
+        frame[column] = value
+    return frame[RUN_COLUMNS]
+
+
+def layer_records(result: RunResult, *, study: str) -> pd.DataFrame:
+    """The per-(block, layer) rows of one run, in :data:`LAYER_COLUMNS` order."""
+    frame = result.layers.copy()
+    frame["study"] = study
+    frame["run_id"] = result.run_id
+    for column in LAYER_COLUMNS:
+        if column not in frame:
+            frame[column] = np.nan
+    return frame[LAYER_COLUMNS]
+
+
+def append_records(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
+    """Append rows to a CSV table atomically (create it if missing).
+
+    The old rows and the new are written to a temporary file in the same folder, which is
+    then renamed over the old file: readers see the old table or the new, never a torn one.
+    Columns missing on either side are kept (empty where unknown).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() and path.stat().st_size > 0:
+        old = pd.read_csv(path)
+        frame = pd.concat([old, frame], ignore_index=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        frame.to_csv(tmp, index=False)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_records(folder: str | os.PathLike, which: str = "runs") -> pd.DataFrame:
+    """Read ``records.csv`` (``which="runs"``) or ``layers.csv`` (``"layers"``) of a folder."""
+    name = {"runs": RECORDS_FILE, "layers": LAYERS_FILE}[which]
+    path = Path(folder) / name
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no records yet (run 'sdnn-dask compare' first)")
+    return pd.read_csv(path)
+
+
+def records_frame(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Concatenate per-run tables (an empty list gives an empty table)."""
+    frames = [f for f in frames if not f.empty]
+    if not frames:
+        return pd.DataFrame(columns=RUN_COLUMNS)
+    return pd.concat(frames, ignore_index=True)

@@ -1,0 +1,182 @@
+"""Comparison tables and plots: small pure functions of the records.
+
+``records -> runs -> comparison (normalised to a baseline) -> markdown / plot``. Nothing
+here runs inference; everything can be re-made from ``results/records.csv``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+#: Run-level columns, constant over the block rows of a run.
+_RUN_LEVEL = ["study", "run_id", "time", "strategy", "partition", "network", "neurons",
+              "layers", "edges", "inputs", "workers", "blocks", "wall_s", "edges_per_s",
+              "imbalance", "survivor_imbalance", "check", "check_against", "max_abs_diff",
+              "params"]
+
+#: What identifies a configuration: repeats of one configuration are pooled.
+CONFIG = ["strategy", "partition", "workers", "blocks", "params"]
+
+
+def runs(records: pd.DataFrame) -> pd.DataFrame:
+    """One row per run (the block rows collapsed), in the order runs were recorded."""
+    present = [c for c in _RUN_LEVEL if c in records]
+    table = records[present].drop_duplicates("run_id").reset_index(drop=True)
+    per_block = records.groupby("run_id", sort=False)["compute_s"].agg(["sum", "max"])
+    table["compute_s"] = table["run_id"].map(per_block["sum"])
+    table["max_block_s"] = table["run_id"].map(per_block["max"])
+    return table
+
+
+def comparison(records: pd.DataFrame, baseline: str = "reference") -> pd.DataFrame:
+    """Median over repeats of each configuration of the latest study, with speedups.
+
+    Parameters
+    ----------
+    records
+        Run records (``records.csv``); only the most recent study is compared unless the
+        records hold just one.
+    baseline
+        Strategy whose median time is the 1.0 of the ``speedup`` column.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``strategy, partition, workers, blocks, params, repeats, seconds, edges_per_s,
+        speedup, vs_kernel, imbalance, survivor_imbalance, check``.
+    """
+    table = runs(records)
+    if table.empty:
+        raise ValueError("no runs in the records")
+    latest = table["study"].astype(str).max()
+    table = table[table["study"].astype(str) == latest]
+    table = table.assign(params=table["params"].fillna("").astype(str))
+    grouped = table.groupby(CONFIG, sort=False, dropna=False)
+    out = grouped.agg(
+        repeats=("run_id", "count"),
+        seconds=("wall_s", "median"),
+        edges_per_s=("edges_per_s", "median"),
+        imbalance=("imbalance", "median"),
+        survivor_imbalance=("survivor_imbalance", "median"),
+        check=("check", lambda c: "PASS" if (c == "PASS").all() else "FAIL"),
+    ).reset_index()
+
+    def seconds_of(strategy: str) -> float:
+        rows = out.loc[out["strategy"] == strategy, "seconds"]
+        return float(rows.iloc[0]) if len(rows) else math.nan
+
+    out["speedup"] = seconds_of(baseline) / out["seconds"]
+    out["vs_kernel"] = seconds_of("kernel") / out["seconds"]
+    columns = ["strategy", "partition", "workers", "blocks", "params", "repeats", "seconds",
+               "edges_per_s", "speedup", "vs_kernel", "imbalance", "survivor_imbalance",
+               "check"]
+    return out[columns]
+
+
+def _format(value: object, column: str) -> str:
+    if isinstance(value, float | np.floating):
+        if math.isnan(value):
+            return ""
+        if column in ("edges_per_s",):
+            return f"{value:.3g}"
+        if column in ("seconds",):
+            return f"{value:.3f}"
+        return f"{value:.2f}"
+    return str(value)
+
+
+def to_markdown(table: pd.DataFrame, columns: Sequence[str] | None = None) -> str:
+    """A GitHub-flavoured markdown table (no extra dependency)."""
+    columns = list(columns or table.columns)
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    for _, row in table.iterrows():
+        lines.append("| " + " | ".join(_format(row[c], c) for c in columns) + " |")
+    return "\n".join(lines)
+
+
+def to_text(table: pd.DataFrame, columns: Sequence[str] | None = None) -> str:
+    """A plain aligned table for the terminal."""
+    columns = list(columns or table.columns)
+    cells = [[_format(row[c], c) for c in columns] for _, row in table.iterrows()]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    head = "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))
+    rule = "  ".join("-" * w for w in widths)
+    body = ["  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w)
+                      in enumerate(zip(r, widths, strict=True))) for r in cells]
+    return "\n".join([head, rule, *body])
+
+
+def summary_markdown(records: pd.DataFrame, *, title: str = "sdnn_dask comparison") -> str:
+    """The markdown report of the latest study: setup, comparison table, how to read it."""
+    table = runs(records)
+    latest = table[table["study"].astype(str) == table["study"].astype(str).max()]
+    first = latest.iloc[0]
+    cmp = comparison(records)
+    shown = ["strategy", "partition", "workers", "blocks", "repeats", "seconds", "edges_per_s",
+             "speedup", "vs_kernel", "imbalance", "survivor_imbalance", "check"]
+    checked = "the truth categories" if (latest["check_against"] == "truth").any() \
+        else "the serial reference's categories"
+    lines = [
+        f"# {title}",
+        "",
+        f"- study: `{first['study']}`, recorded {first['time']}",
+        f"- network: `{first['network']}` ({int(first['neurons'])} neurons, "
+        f"{int(first['layers'])} layers, {int(first['edges']):,} edges)",
+        f"- inputs: {int(first['inputs']):,} rows",
+        f"- check: categories against {checked}; every run's activations against the serial "
+        f"reference (largest difference {latest['max_abs_diff'].max():.2g})",
+        "",
+        to_markdown(cmp, shown),
+        "",
+        "`seconds`: median inference wall time over repeats (weights and input blocks already "
+        "on the workers). `edges_per_s`: inputs x edges / seconds. `speedup`: against the "
+        "serial reference recurrence; `vs_kernel`: against the serial compiled kernel. "
+        "`imbalance`: max/mean of per-block compute seconds; `survivor_imbalance`: the same "
+        "for rows that survive all layers.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def plot_comparison(records: pd.DataFrame, path: str | Path) -> Path:
+    """Bar chart of edges/s per configuration of the latest study (needs the ``report`` extra).
+
+    Raises
+    ------
+    ImportError
+        When matplotlib is missing, naming the extra to install.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as error:  # pragma: no cover - exercised only without the extra
+        raise ImportError(
+            "plots need matplotlib: pip install 'sdnn_dask[report]'"
+        ) from error
+    cmp = comparison(records)
+    labels = [
+        f"{r.strategy}\n{r.partition}" + (f"\n{r.workers}w x {r.blocks}b" if r.strategy == "data"
+                                          else "")
+        for r in cmp.itertuples()
+    ]
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(cmp)), 4))
+    colors = ["#888888" if s in ("reference", "kernel") else "#3b75af" for s in cmp["strategy"]]
+    ax.bar(range(len(cmp)), cmp["edges_per_s"], color=colors)
+    ax.set_xticks(range(len(cmp)), labels, fontsize=8)
+    ax.set_ylabel("edges / s")
+    ax.set_title("Inference rate by strategy (median over repeats)")
+    for i, v in enumerate(cmp["speedup"]):
+        ax.annotate(f"{v:.1f}x", (i, cmp["edges_per_s"].iloc[i]), ha="center", va="bottom",
+                    fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -1,0 +1,82 @@
+"""The command line, run as a user runs it (in a subprocess for the main job)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from sdnn_dask import io
+from sdnn_dask.cli import main
+
+
+@pytest.fixture(scope="module")
+def challenge_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("challenge")
+    assert main(["generate", str(folder), "-N", "1024", "-L", "12", "-n", "400", "--seed", "3",
+                 "--gzip", "-q"]) == 0
+    return folder
+
+
+def test_generate_writes_challenge_files(challenge_folder):
+    assert len(list((challenge_folder / "neuron1024").glob("n1024-l*.tsv.gz"))) == 12
+    inputs = io.read_inputs(challenge_folder, 1024)
+    assert inputs.shape == (400, 1024)
+    truth = io.read_categories(io.categories_path(challenge_folder, 1024, 12))
+    assert 0 < len(truth) < 400
+
+
+@pytest.mark.parametrize("strategy", ["reference", "kernel", "data"])
+def test_infer_passes_against_truth(challenge_folder, strategy, capsys):
+    code = main(["infer", "--data", str(challenge_folder), "-L", "12", "--strategy", strategy,
+                 "--partition", "hash", "--workers", "2", "-q"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "PASS" in out and "edges/s" in out
+
+
+def test_infer_fails_against_wrong_truth(challenge_folder, tmp_path, capsys):
+    wrong = io.write_categories(tmp_path / "wrong.tsv", [0, 1, 2])
+    code = main(["infer", "--data", str(challenge_folder), "-L", "12", "--strategy", "kernel",
+                 "--truth", str(wrong), "-q"])
+    assert code == 1
+    assert "FAIL" in capsys.readouterr().out
+
+
+def test_compare_main_job(challenge_folder, tmp_path):
+    results = tmp_path / "results"
+    proc = subprocess.run(
+        [sys.executable, "-m", "sdnn_dask", "compare", "--data", str(challenge_folder),
+         "-L", "12", "--workers", "2", "--repeat", "2", "--results", str(results)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    table = pd.read_csv(results / "records.csv")
+    runs = table.drop_duplicates("run_id")
+    # reference x2, kernel x2, then 3 partitions x 2 repeats on 2 workers
+    assert len(runs) == 10
+    assert set(runs["check"]) == {"PASS"} and set(runs["check_against"]) == {"truth"}
+    assert set(runs.loc[runs.strategy == "data", "partition"]) == {"block", "hash", "random"}
+    assert (results / "layers.csv").is_file() and (results / "summary.md").is_file()
+    summary = (results / "summary.md").read_text()
+    assert "| data | hash |" in summary
+    for word in ("strategy", "speedup", "imbalance", "PASS"):
+        assert word in proc.stdout
+    assert "[10/10]" in proc.stderr  # progress was shown
+
+
+def test_bad_data_is_a_clear_error(tmp_path, capsys):
+    (tmp_path / "neuron1024").mkdir()
+    (tmp_path / "neuron1024" / "n1024-l1.tsv").write_text("1\t1\t0.0625\n1\tfoo\t1\n")
+    code = main(["infer", "--data", str(tmp_path), "-L", "1", "--strategy", "kernel"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "n1024-l1.tsv, line 2" in err and "'foo', not a number" in err
+
+
+def test_help_as_module():
+    proc = subprocess.run([sys.executable, "-m", "sdnn_dask", "--help"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and "compare" in proc.stdout
