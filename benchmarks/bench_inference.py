@@ -1,0 +1,171 @@
+"""Inference rate of every serial and data-parallel path, side by side in one process.
+
+On the official 1024-120 weights with the official rows 1..1200 tiled to 60000 (by default),
+prints edges/s for
+
+* the serial reference recurrence (scipy ``Y @ W``, bias, clip, drop zeros),
+* the compiled kernel (serial),
+* python-graphblas (SuiteSparse:GraphBLAS) on one thread, the usual anchor,
+* data parallelism on a LocalCluster with 1 and with 2 workers,
+
+each the median of ``--repeat`` runs, every result checked against the reference, and the
+ratios the project tracks. Run::
+
+    pip install -e ".[bench]"
+    python benchmarks/bench_inference.py [--data ../shared/data/graphchallenge] [--tile 50]
+
+Needs the official files (``--data`` or ``$SDNN_GRAPHCHALLENGE_DATA``; default: the shared
+folder beside the repository).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from sdnn_dask import io
+from sdnn_dask.cluster import local_client
+from sdnn_dask.kernels import forward_block, warm_up_kernels
+from sdnn_dask.network import Network
+from sdnn_dask.parallel import DataParallelExecutor
+from sdnn_dask.reference import infer_reference
+from sdnn_dask.result import compare_outputs
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def default_data() -> Path:
+    env = os.environ.get("SDNN_GRAPHCHALLENGE_DATA")
+    return Path(env) if env else REPO.parent / "shared" / "data" / "graphchallenge"
+
+
+def graphblas_infer(network: Network, inputs: sp.csr_matrix) -> tuple[sp.csr_matrix, float]:
+    """The challenge recurrence in SuiteSparse:GraphBLAS, one thread; returns (Y, seconds)."""
+    try:
+        import graphblas as gb
+    except ImportError:
+        raise SystemExit("GraphBLAS anchor needs python-graphblas: "
+                         "pip install 'sdnn_dask[bench]'") from None
+    from graphblas import binary, select, semiring
+
+    gb.ss.config["nthreads"] = 1
+    bias = float(network.bias[0])
+    if not np.all(network.bias == network.bias[0]):
+        raise SystemExit("the GraphBLAS anchor here handles a uniform bias only")
+    ymax = float(network.ymax)
+    layers = [gb.io.from_scipy_sparse(w) for w in network.layers]
+    y = gb.io.from_scipy_sparse(inputs)
+    start = time.perf_counter()
+    for w in layers:
+        z = y.mxm(w, semiring.plus_times).new()
+        y.clear()  # python-graphblas keeps the old matrix alive otherwise (GBs over 120 layers)
+        z = z.apply(binary.plus, right=bias).new()  # on stored entries only
+        z = select.valuegt(z, 0).new()  # ReLU and drop zeros
+        y = z.apply(binary.min, right=ymax).new()
+    seconds = time.perf_counter() - start
+    return gb.io.to_scipy_sparse(y, format="csr"), seconds
+
+
+def median_of(repeat: int, run: Callable[[], tuple[sp.csr_matrix, float]]
+              ) -> tuple[sp.csr_matrix, float, list[float]]:
+    times, out = [], None
+    for _ in range(repeat):
+        out, seconds = run()
+        times.append(seconds)
+    return out, statistics.median(times), times
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=default_data())
+    parser.add_argument("--tile", type=int, default=50, help="copies of the 1200 rows (50)")
+    parser.add_argument("--layers", type=int, default=120)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per path (median)")
+    parser.add_argument("--reference-repeat", type=int, default=1,
+                        help="runs of the slow reference (1)")
+    parser.add_argument("--skip-graphblas", action="store_true")
+    args = parser.parse_args(argv)
+    logging.getLogger("distributed").setLevel(logging.WARNING)
+
+    if not (args.data / "neuron1024").is_dir():
+        print(f"official data not found under {args.data}: pass --data", file=sys.stderr)
+        return 2
+    net = io.read_network(args.data, 1024, args.layers, cache=True)
+    subset = io.read_inputs(args.data / "sparse-images-1024-rows1-1200.tsv.gz", 1024)
+    inputs = sp.vstack([subset] * args.tile, format="csr")
+    n_inputs, edges = inputs.shape[0], net.edges
+    print(f"data: official 1024-{args.layers} weights, official rows 1..1200 tiled x{args.tile}"
+          f" = {n_inputs} inputs, {edges:,} edges; {os.cpu_count()} cores")
+    rows = []
+
+    def report(name: str, seconds: float, times: list[float], output: sp.csr_matrix) -> None:
+        ok = compare_outputs(output, reference_out).ok
+        rate = n_inputs * edges / seconds
+        rows.append((name, seconds, rate))
+        spread = ", ".join(f"{t:.3f}" for t in times)
+        print(f"{name:<28} {seconds:8.3f} s  {rate:10.4g} edges/s  "
+              f"{'PASS' if ok else 'FAIL'}  [{spread}]", flush=True)
+        if not ok:
+            raise SystemExit(f"{name} does not match the reference")
+
+    def run_reference():
+        result = infer_reference(net, inputs)
+        return result.output, result.seconds
+
+    reference_out, t_ref, times = median_of(args.reference_repeat, run_reference)
+    report("serial reference (scipy)", t_ref, times, reference_out)
+
+    _ = net.transposed
+    warm_up_kernels()
+
+    def run_kernel():
+        start = time.perf_counter()
+        out = forward_block(net, inputs)
+        return out.to_csr(), time.perf_counter() - start
+
+    out, t_kernel, times = median_of(args.repeat, run_kernel)
+    report("serial kernel", t_kernel, times, out)
+
+    t_gb = float("nan")
+    if not args.skip_graphblas:
+        graphblas_infer(net, inputs[:64])  # SuiteSparse JIT-compiles its kernels on first use
+        out, t_gb, times = median_of(args.repeat, lambda: graphblas_infer(net, inputs))
+        report("GraphBLAS, 1 thread", t_gb, times, out)
+
+    t_dp = {}
+    for workers in (1, 2):
+        with local_client(workers) as client:
+            executor = DataParallelExecutor(client, net)
+            for partition in ("block", "hash") if workers > 1 else ("block",):
+                def run_dp(partition=partition, executor=executor, workers=workers):
+                    res = executor.run(inputs, partition=partition, n_blocks=workers)
+                    return res.output, res.wall_seconds
+
+                out, t, times = median_of(args.repeat, run_dp)
+                t_dp[(workers, partition)] = t
+                report(f"data parallel, {workers} worker(s), {partition}", t, times, out)
+
+    best2 = min(t for (w, _), t in t_dp.items() if w == 2)
+    print("\nratios (higher is better)")
+    ratios = [
+        ("kernel / reference", t_ref / t_kernel, ">= 1.5 (aim 2)"),
+        ("kernel / GraphBLAS 1 thread", t_gb / t_kernel, "> 1"),
+        ("data 2 workers / kernel", t_kernel / best2, ">= 1.8"),
+        ("data 1 worker / kernel", t_kernel / t_dp[(1, "block")], ">= 0.95"),
+    ]
+    for name, value, target in ratios:
+        print(f"  {name:<30} {value:6.2f}   target {target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
