@@ -52,6 +52,7 @@ class Network:
     ymax: float | None = None
     name: str = "network"
     _transposed: list[sp.csr_matrix] | None = field(default=None, repr=False)
+    _output_order: list[np.ndarray] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if len(self.layers) == 0:
@@ -98,6 +99,27 @@ class Network:
         if self._transposed is None:
             self._transposed = [as_csr32(w.T) for w in self.layers]
         return self._transposed
+
+    @property
+    def output_order(self) -> list[np.ndarray]:
+        """Per layer, an order of the output neurons that groups similar input patterns.
+
+        Neurons fed by the same inputs are visited one after another by the dense kernel,
+        so the input rows they read are still in L1 (RadiX-Net: 16 neurons share each
+        pattern). Sorting by (first input, last input) groups identical patterns and costs
+        one ``lexsort`` per layer.
+        """
+        if self._output_order is None:
+            orders = []
+            for wt in self.transposed:
+                nonempty = np.diff(wt.indptr) > 0
+                first = np.full(wt.shape[0], -1, dtype=np.int64)
+                last = np.full(wt.shape[0], -1, dtype=np.int64)
+                first[nonempty] = wt.indices[wt.indptr[:-1][nonempty]]
+                last[nonempty] = wt.indices[wt.indptr[1:][nonempty] - 1]
+                orders.append(np.lexsort((last, first)).astype(np.int64))
+            self._output_order = orders
+        return self._output_order
 
     def truncated(self, n_layers: int, name: str | None = None) -> Network:
         """The first ``n_layers`` layers (the challenge's deeper networks share them)."""

@@ -81,7 +81,7 @@ class DataParallelExecutor:
     def __init__(self, client: Client, network: Network, *, warm_up: bool = True):
         self.client = client
         self.network = network
-        _ = network.transposed  # ship the transposes with the weights: no per-run rebuild
+        _ = network.output_order  # ship transposes and orders with the weights: built once
         self._weights: Future = client.scatter(network, broadcast=True, hash=False)
         if warm_up:
             client.run(warm_up_kernels)
