@@ -214,15 +214,14 @@ def forward_block(
     inputs: sp.csr_matrix | sp.sparray,
     *,
     dense_threshold: float | None = None,
-    max_dense_bytes: int | None = None,
     chunk_bytes: int | None = None,
 ) -> BlockOutput:
     """Run a block of input rows through every layer of ``network``.
 
     The rows are processed in chunks whose dense tile fits ``chunk_bytes`` (sized to the
     L2 cache by default, so converting, computing and compacting stay in cache); as rows
-    die, chunks are merged once their survivors fit in ``max_dense_bytes``, so the late
-    layers run on long vectors instead of many short ones.
+    die, the survivors are repacked into full chunks, so late layers run on few, full,
+    contiguous tiles instead of many nearly empty ones.
 
     Parameters
     ----------
@@ -233,9 +232,6 @@ def forward_block(
     dense_threshold
         Live-row density above which a layer runs on a dense tile
         (default ``sdnn.kernel.dense-threshold``).
-    max_dense_bytes
-        Largest dense tile that merged chunks may form (default
-        ``sdnn.kernel.max-dense-bytes``).
     chunk_bytes
         Dense tile size of the chunks a block starts in (default ``sdnn.kernel.chunk-bytes``).
 
@@ -259,13 +255,10 @@ def forward_block(
         raise ValueError(f"inputs have {y.shape[1]} columns, the network has {n} neurons")
     if dense_threshold is None:
         dense_threshold = config.get("kernel.dense-threshold")
-    if max_dense_bytes is None:
-        max_dense_bytes = config.get("kernel.max-dense-bytes")
     if chunk_bytes is None:
         chunk_bytes = config.get("kernel.chunk-bytes")
     threshold = float(dense_threshold)
-    merge_rows = max(1, int(max_dense_bytes) // (4 * n))
-    chunk_rows = min(merge_rows, max(1, int(chunk_bytes) // (4 * n)))
+    chunk_rows = max(1, int(chunk_bytes) // (4 * n))
     n_rows = int(y.shape[0])
     # Start from the rows that hold anything: empty input rows are dead already.
     live = np.flatnonzero(np.diff(y.indptr)).astype(np.int64)
@@ -274,41 +267,98 @@ def forward_block(
         _Chunk(live[s : s + chunk_rows], csr=y[s : s + chunk_rows])
         for s in range(0, len(live), chunk_rows)
     ]
+    pool = _BufferPool(n * chunk_rows)
     bias, ymax = network.bias, np.float32(network.ymax)
-    trace = []
-    layers = zip(network.layers, network.transposed, network.output_order, strict=True)
-    for k, (w, wt, order) in enumerate(layers, start=1):
-        t0 = time.perf_counter()
-        rows_in = sum(len(c.live) for c in chunks)
-        modes = {c.step(w, wt, order, bias, ymax, threshold, merge_rows) for c in chunks}
+    layers = list(zip(network.layers, network.transposed, network.output_order, strict=True))
+    n_layers = len(layers)
+    stats = np.zeros((n_layers, 4))  # rows_in, rows_out, nnz_out, seconds
+    modes: list[set[str]] = [set() for _ in range(n_layers)]
+
+    def advance(chunk: _Chunk, k: int) -> None:
+        rows_in = len(chunk.live)
+        if rows_in:
+            t0 = time.perf_counter()
+            w, wt, order = layers[k]
+            modes[k].add(chunk.step(w, wt, order, bias, ymax, threshold, pool, chunk_rows))
+            stats[k] += (rows_in, len(chunk.live), chunk.nnz, time.perf_counter() - t0)
+
+    # Phase 1, depth first: each chunk alone through the early layers, where most rows
+    # die, so only one chunk's tiles are live at a time (cache- and page-fault-friendly).
+    # The first chunk decides how far: until at most a quarter of its rows survive.
+    early = 0
+    packed: list[_Chunk] = []
+    pending: list[_Chunk] = []
+    for i, chunk in enumerate(chunks):
+        k = 0
+        while k < n_layers and (k < early if i else 4 * len(chunk.live) > chunk_rows):
+            advance(chunk, k)
+            k += 1
+        if i == 0:
+            early = k
+        if len(chunk.live):
+            pending.append(chunk)
+        else:
+            chunk.release(pool)
+        if sum(len(c.live) for c in pending) >= chunk_rows:
+            *full, last = _Chunk.repack(pending, chunk_rows, n, pool)
+            packed += full
+            pending = [last] if len(last.live) < chunk_rows else []
+            if not pending:
+                packed.append(last)
+    chunks = packed + pending
+    # Phase 2, layer by layer over full chunks, repacking when they are half empty.
+    for k in range(early, n_layers):
+        for chunk in chunks:
+            advance(chunk, k)
         chunks = [c for c in chunks if len(c.live)]
-        if len(chunks) > 1 and sum(len(c.live) for c in chunks) <= merge_rows:
-            chunks = [_Chunk.merge(chunks, n)]
-        mode = "none" if not modes else modes.pop() if len(modes) == 1 else "mixed"
-        trace.append((k, mode, rows_in, sum(len(c.live) for c in chunks),
-                      sum(c.nnz for c in chunks), time.perf_counter() - t0))
+        live_rows = sum(len(c.live) for c in chunks)
+        if len(chunks) > 1 and len(chunks) >= 2 * -(-live_rows // chunk_rows):  # half empty
+            chunks = _Chunk.repack(chunks, chunk_rows, n, pool)
+    trace = [
+        (k + 1, "none" if not modes[k] else modes[k].pop() if len(modes[k]) == 1 else "mixed",
+         int(stats[k, 0]), int(stats[k, 1]), int(stats[k, 2]), float(stats[k, 3]))
+        for k in range(n_layers)
+    ]
     if chunks:
         rows = np.concatenate([c.live for c in chunks])
-        values = sp.vstack([c.to_csr(n) for c in chunks], format="csr")
+        values = sp.vstack([c.to_csr() for c in chunks], format="csr")
     else:
         rows, values = np.empty(0, np.int64), sp.csr_matrix((0, n), dtype=np.float32)
     return BlockOutput(rows, as_csr32(values), n_rows,
                        pd.DataFrame(trace, columns=TRACE_COLUMNS))
 
 
+class _BufferPool:
+    """Equal-size float32 buffers, reused within one :func:`forward_block` call.
+
+    Dask's nanny sets ``MALLOC_TRIM_THRESHOLD_`` on workers, which makes every large
+    allocation an mmap with fresh page faults; allocating per layer or per repack cost
+    workers ~30% against the same kernel in a plain process. The pool is dropped when the
+    call returns, so nothing outlives it.
+    """
+
+    def __init__(self, size: int):
+        self.size = size
+        self._free: list[np.ndarray] = []
+
+    def take(self) -> np.ndarray:
+        return self._free.pop() if self._free else np.empty(self.size, np.float32)
+
+    def give(self, *buffers: np.ndarray) -> None:
+        self._free.extend(buffers)
+
+
 class _Chunk:
     """Live rows of part of a block: block-local ids and activations, sparse or dense.
 
-    A dense chunk owns two flat buffers sized for its rows when it went dense; each layer
-    writes into the spare one and compacts back, so no layer allocates. (Dask's nanny
-    sets ``MALLOC_TRIM_THRESHOLD_``, which turns every large allocation into an mmap with
-    fresh page faults: allocating per layer cost workers ~30%.)
+    A dense chunk holds two pooled buffers of ``chunk_rows`` columns; each layer writes
+    into the spare one and compacts back into the other, so no layer allocates.
     """
 
     def __init__(self, live: np.ndarray, csr: sp.csr_matrix | None = None):
         self.live = live
         self.csr = csr
-        self._buffers: tuple[np.ndarray, np.ndarray] | None = None
+        self._buffers: list[np.ndarray] | None = None
         self._current = 0
         self.nnz = int(csr.nnz) if csr is not None else 0
 
@@ -317,80 +367,98 @@ class _Chunk:
         """The live rows as a dense ``n x rows`` tile (a view of the current buffer)."""
         if self._buffers is None:
             return None
-        flat = self._buffers[self._current]
-        n = flat.shape[0] // self._capacity
-        return flat[: n * len(self.live)].reshape(n, len(self.live))
+        return self._view(self._current, len(self.live))
 
-    def _spare(self, n: int, rows: int) -> np.ndarray:
-        flat = self._buffers[1 - self._current]
+    def _view(self, which: int, rows: int) -> np.ndarray:
+        flat = self._buffers[which]
+        n = flat.shape[0] // self._capacity
         return flat[: n * rows].reshape(n, rows)
 
-    def _make_dense(self, n: int) -> None:
-        rows = len(self.live)
-        self._capacity = rows
-        self._buffers = (np.empty(n * rows, np.float32), np.empty(n * rows, np.float32))
+    def _attach(self, pool: _BufferPool, capacity: int) -> None:
+        self._capacity = capacity
+        self._buffers = [pool.take(), pool.take()]
         self._current = 0
-        c = self.csr
-        _csr_to_dense_t(c.indptr, c.indices, c.data, self.dense_t)
-        self.csr = None
+
+    def release(self, pool: _BufferPool) -> None:
+        """Return the buffers to the pool (the chunk is no longer used)."""
+        if self._buffers is not None:
+            pool.give(*self._buffers)
+            self._buffers = None
 
     def step(self, w: sp.csr_matrix, wt: sp.csr_matrix, order: np.ndarray, bias: np.ndarray,
-             ymax: np.float32, threshold: float, max_rows: int) -> str:
+             ymax: np.float32, threshold: float, pool: _BufferPool, capacity: int) -> str:
         """Advance one layer in place, dropping rows that die; returns the mode used."""
         rows, n = len(self.live), w.shape[1]
         # A dense layer costs ~n_out * 32 loop set-ups whatever the row count, so few rows
         # need a higher density to pay for it (measured crossover: ~5 rows when full).
-        dense = (self.nnz >= threshold * (1.0 + _SETUP_ROWS / rows) * n * rows
-                 and rows <= max_rows)
+        dense = self.nnz >= threshold * (1.0 + _SETUP_ROWS / rows) * n * rows
         if dense:
             if self._buffers is None:
-                self._make_dense(n)
-            out = self._spare(n, rows)
+                c = self.csr
+                self._attach(pool, capacity)
+                _csr_to_dense_t(c.indptr, c.indices, c.data, self.dense_t)
+                self.csr = None
+            out = self._view(1 - self._current, rows)
             alive, self.nnz = dense_step(self.dense_t, wt.indptr, wt.indices, wt.data, bias,
                                          ymax, out, _ROW_TILE, order)
             self._current = 1 - self._current
             if not alive.all():
                 keep = int(alive.sum())
-                _compact_columns(out, alive, self._spare(n, keep))
+                _compact_columns(out, alive, self._view(1 - self._current, keep))
                 self.live = self.live[alive]
                 self._current = 1 - self._current
+            if not len(self.live):
+                self.release(pool)
             return "dense"
-        c = self.to_csr(n)
+        c = self.to_csr(pool)
         op, oi, ox, kept = sparse_step(c.indptr, c.indices, c.data, w.indptr, w.indices,
                                        w.data, bias, ymax, n, True)
         self.csr = sp.csr_matrix((ox, oi, op), shape=(len(kept), n))
         self.live, self.nnz = self.live[kept], int(ox.shape[0])
         return "sparse"
 
-    def to_csr(self, n: int) -> sp.csr_matrix:
+    def to_csr(self, pool: _BufferPool | None = None) -> sp.csr_matrix:
         """The live rows as CSR (``len(live) x n``); a dense chunk becomes sparse."""
         if self.csr is None:
             self.csr = dense_t_to_csr(self.dense_t)
+            if pool is not None:
+                self.release(pool)
             self._buffers = None
         return self.csr
 
     @staticmethod
-    def merge(chunks: list[_Chunk], n: int) -> _Chunk:
-        """One chunk holding the rows of ``chunks`` (in order; ids stay increasing)."""
+    def repack(chunks: list[_Chunk], chunk_rows: int, n: int, pool: _BufferPool
+               ) -> list[_Chunk]:
+        """The rows of ``chunks``, in order, as full chunks of ``chunk_rows`` (the last
+        may be short); the old chunks' buffers go back to the pool."""
         live = np.concatenate([c.live for c in chunks])
         if all(c._buffers is None for c in chunks):
-            return _Chunk(live, csr=sp.vstack([c.csr for c in chunks], format="csr"))
-        merged = _Chunk(live)
-        merged._capacity = len(live)
-        merged._buffers = (np.empty(n * len(live), np.float32),
-                           np.empty(n * len(live), np.float32))
-        target = merged.dense_t
-        offset = 0
+            csr = sp.vstack([c.csr for c in chunks], format="csr")
+            return [_Chunk(live[s : s + chunk_rows], csr=csr[s : s + chunk_rows])
+                    for s in range(0, len(live), chunk_rows)]
+        packed = []
+        for s in range(0, len(live), chunk_rows):
+            part = _Chunk(live[s : s + chunk_rows])
+            part._attach(pool, chunk_rows)
+            packed.append(part)
+        # copy each source chunk's columns into the destination chunks they fall in
+        position = 0
         for c in chunks:
-            rows = len(c.live)
-            if c._buffers is not None:
-                target[:, offset : offset + rows] = c.dense_t
-            else:
-                _csr_to_dense_t(c.csr.indptr, c.csr.indices, c.csr.data,
-                                target[:, offset : offset + rows])
-            merged.nnz += c.nnz
-            offset += rows
-        return merged
+            source = c.dense_t
+            if source is None:  # a sparse chunk among dense ones
+                source = np.empty((n, len(c.live)), np.float32)
+                _csr_to_dense_t(c.csr.indptr, c.csr.indices, c.csr.data, source)
+            done = 0
+            while done < len(c.live):
+                part = packed[position // chunk_rows]
+                at = position % chunk_rows
+                take = min(len(c.live) - done, chunk_rows - at)
+                part.dense_t[:, at : at + take] = source[:, done : done + take]
+                part.nnz += int(np.count_nonzero(source[:, done : done + take]))
+                done += take
+                position += take
+            c.release(pool)
+        return packed
 
 
 def warm_up_kernels() -> str:

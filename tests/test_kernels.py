@@ -57,7 +57,7 @@ def test_matches_reference(seed, n, rows, layers, density, negative, path, chunk
     y.data = np.ceil(y.data * 4)
     kwargs = dict(PATHS[path])
     if chunk is not None:
-        kwargs["max_dense_bytes"] = chunk * 4 * n  # at most `chunk` rows per dense tile
+        kwargs["chunk_bytes"] = chunk * 4 * n  # at most `chunk` rows per chunk
     out = forward_block(net, y, **kwargs)
     assert out.n_rows == rows
     assert np.all(np.diff(out.rows) > 0)
