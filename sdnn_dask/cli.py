@@ -21,6 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import io, records, report
+from ._files import write_text_atomic
 from .network import Network
 from .partition import ROW_PARTITIONS
 from .reference import check_categories
@@ -270,8 +271,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         records.append_records(table, folder / records.RECORDS_FILE)
         layer_frames = [records.layer_records(res, study=study) for res, *_ in results]
         records.append_records(records.records_frame(layer_frames), folder / records.LAYERS_FILE)
-        summary = report.summary_markdown(table)
-        (folder / "summary.md").write_text(summary)
+        write_text_atomic(folder / "summary.md", report.summary_markdown(table))
         written = [folder / records.RECORDS_FILE, folder / records.LAYERS_FILE,
                    folder / "summary.md"]
         try:
@@ -290,7 +290,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     table = records.read_records(args.results)
     summary = report.summary_markdown(table)
     if args.write:
-        (args.results / "summary.md").write_text(summary)
+        write_text_atomic(args.results / "summary.md", summary)
         try:
             report.plot_comparison(table, args.results / "comparison.png")
         except ImportError as error:

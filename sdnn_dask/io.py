@@ -22,7 +22,6 @@ import hashlib
 import io as _io
 import os
 import re
-import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -31,6 +30,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from . import config
+from ._files import atomic_path
 from .network import Network, as_csr32
 
 PathLike = str | os.PathLike
@@ -262,10 +262,7 @@ def write_triples(path: PathLike, matrix: sp.spmatrix | sp.sparray) -> Path:
 
 
 def _atomic_write(path: Path, write: Callable[[_io.TextIOBase], object]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         if path.suffix == ".gz":
             # no name and mtime=0 in the header: identical content gives identical bytes
             with open(tmp, "wb") as out, \
@@ -275,10 +272,6 @@ def _atomic_write(path: Path, write: Callable[[_io.TextIOBase], object]) -> Path
         else:
             with open(tmp, "w", encoding="ascii", newline="") as handle:
                 write(handle)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return path
 
 
@@ -369,8 +362,7 @@ def read_network(
 
     Examples
     --------
-    >>> import tempfile
-    >>> from sdnn_dask.radixnet import make_network
+    >>>     >>> from sdnn_dask.radixnet import make_network
     >>> folder = tempfile.mkdtemp()
     >>> _ = write_weights(folder, make_network(1024, 2).layers)
     >>> read_network(folder, 1024, 2).edges
@@ -403,16 +395,8 @@ def _save_layers(path: Path, layers: list[sp.csr_matrix]) -> None:
         "indices": np.concatenate([w.indices.astype(np.int32) for w in layers]),
         "data": np.concatenate([w.data for w in layers]),
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        with open(tmp, "wb") as handle:
-            np.savez(handle, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+        np.savez(handle, **arrays)
 
 
 def _load_layers(path: Path, n_neurons: int) -> list[sp.csr_matrix] | None:

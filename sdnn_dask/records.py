@@ -42,7 +42,6 @@ from __future__ import annotations
 import os
 import platform
 import socket
-import tempfile
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -50,6 +49,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ._files import atomic_path
 from .partition import imbalance
 from .result import RunResult
 
@@ -143,18 +143,11 @@ def append_records(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
     Columns missing on either side are kept (empty where unknown).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     if path.exists() and path.stat().st_size > 0:
         old = pd.read_csv(path)
         frame = pd.concat([old, frame], ignore_index=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         frame.to_csv(tmp, index=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return path
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ._files import atomic_path
+
 #: Run-level columns, constant over the block rows of a run.
 _RUN_LEVEL = ["study", "run_id", "time", "strategy", "partition", "network", "neurons",
               "layers", "edges", "inputs", "workers", "blocks", "wall_s", "edges_per_s",
@@ -176,7 +178,7 @@ def plot_comparison(records: pd.DataFrame, path: str | Path) -> Path:
                     fontsize=8)
     fig.tight_layout()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
     plt.close(fig)
     return path

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -37,6 +39,9 @@ def test_append_and_read(tmp_path, serial_runs):
     for run in serial_runs:
         records.append_records(records.run_records(run, study="s1", check="PASS"), path)
     back = records.read_records(tmp_path / "results")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask  # as a plain open() would make it
     assert back["strategy"].tolist() == ["reference", "kernel"]
     assert list(back.columns) == records.RUN_COLUMNS
 
