@@ -362,7 +362,8 @@ def read_network(
 
     Examples
     --------
-    >>>     >>> from sdnn_dask.radixnet import make_network
+    >>> import tempfile
+    >>> from sdnn_dask.radixnet import make_network
     >>> folder = tempfile.mkdtemp()
     >>> _ = write_weights(folder, make_network(1024, 2).layers)
     >>> read_network(folder, 1024, 2).edges

@@ -41,6 +41,8 @@ def test_equals_reference(executor, generated, partition, rows, n_blocks):
     assert_same_result(result.output, reference.output[:rows])
 
 
+# Dask's own threads use the random module while examples are drawn; that is not ours.
+@pytest.mark.filterwarnings("ignore:Do not use the `random` module")
 @settings(max_examples=12, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
