@@ -22,6 +22,7 @@ import hashlib
 import io as _io
 import os
 import re
+import zipfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -406,7 +407,7 @@ def _load_layers(path: Path, n_neurons: int) -> list[sp.csr_matrix] | None:
         with np.load(path, allow_pickle=False) as archive:
             counts, indptr = archive["nnz"], archive["indptr"]
             indices, data = archive["indices"], archive["data"]
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):  # torn or foreign file
         return None
     layers = []
     ptr_offset = nz_offset = 0

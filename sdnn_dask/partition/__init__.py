@@ -1,16 +1,24 @@
-"""Partitions of the work: rows (data parallelism); neurons come with model parallelism."""
+"""Partitions of the work: rows (data parallelism) and neurons (model parallelism)."""
 
 from .balance import imbalance, survivors_per_block
 from .hashing import bucket_hash, bucket_unhash
+from .hypergraph import hypergraph_partition, partition_columns
+from .neurons import NEURON_PARTITIONS, NeuronPartition, column_net_km1, make_neuron_partition
 from .rows import ROW_PARTITIONS, RowPartition, even_bounds, make_row_partition
 
 __all__ = [
+    "NEURON_PARTITIONS",
     "ROW_PARTITIONS",
+    "NeuronPartition",
     "RowPartition",
     "bucket_hash",
     "bucket_unhash",
+    "column_net_km1",
     "even_bounds",
+    "hypergraph_partition",
     "imbalance",
+    "make_neuron_partition",
     "make_row_partition",
+    "partition_columns",
     "survivors_per_block",
 ]
