@@ -23,7 +23,7 @@ import scipy.sparse as sp
 from . import io, records, report
 from ._files import write_text_atomic
 from .network import Network
-from .partition import ROW_PARTITIONS
+from .partition import NEURON_PARTITIONS, ROW_PARTITIONS
 from .reference import check_categories
 from .result import RunResult, compare_outputs
 
@@ -99,9 +99,22 @@ def _add_problem_arguments(parser: argparse.ArgumentParser) -> None:
                    help="do not keep a binary cache of the parsed --data files")
 
 
+def load_network(args: argparse.Namespace, progress: Progress) -> Network:
+    """Generate, or read from ``--data``, the network alone."""
+    from .radixnet import make_network
+
+    n, layers = args.neurons, args.layers
+    if args.data is None:
+        with progress.step(f"generating RadiX-Net {n}-{layers} (seed {args.seed})"):
+            return make_network(n, layers, seed=args.seed)
+    with progress.step(f"reading {n}-{layers} weights from {args.data}"):
+        return io.read_network(args.data, n, layers, cache=not args.no_cache,
+                               progress=progress.counter("layers"))
+
+
 def load_problem(args: argparse.Namespace, progress: Progress) -> Problem:
     """Generate, or read from ``--data``, the network, inputs and truth."""
-    from .radixnet import make_inputs, make_network
+    from .radixnet import make_inputs
 
     n, layers = args.neurons, args.layers
     if args.tile < 1:
@@ -110,15 +123,12 @@ def load_problem(args: argparse.Namespace, progress: Progress) -> Problem:
         if args.inputs_file or args.truth:
             raise SystemExit("error: --inputs-file and --truth go with --data")
         rows = 60000 if args.inputs is None else args.inputs
-        with progress.step(f"generating RadiX-Net {n}-{layers} (seed {args.seed})"):
-            network = make_network(n, layers, seed=args.seed)
+        network = load_network(args, progress)
         with progress.step(f"generating {rows} synthetic inputs"):
             inputs = make_inputs(rows, n, seed=args.seed)
         truth, source = None, f"generated RadiX-Net {n}-{layers}, seed {args.seed}"
     else:
-        with progress.step(f"reading {n}-{layers} weights from {args.data}"):
-            network = io.read_network(args.data, n, layers, cache=not args.no_cache,
-                                      progress=progress.counter("layers"))
+        network = load_network(args, progress)
         path = args.inputs_file or io.inputs_path(args.data, n)
         with progress.step(f"reading inputs {path}"):
             inputs = io.read_inputs(path, n)
@@ -286,6 +296,33 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_partition(args: argparse.Namespace) -> int:
+    from .partition import make_neuron_partition
+
+    progress = Progress(args.quiet)
+    network = load_network(args, progress)
+    cache = False if args.no_partition_cache else True
+    with progress.step(f"partitioning the neurons of {network.name} into {args.k} parts "
+                       f"({args.method})"):
+        part = make_neuron_partition(network, args.k, args.method, seed=args.seed,
+                                     nbuckets=args.nbuckets, epsilon=args.epsilon,
+                                     cache=cache)
+    volume = part.volume(network)
+    table = volume.assign(imbalance=part.imbalance(network))
+    if args.per_layer:
+        print(report.to_text(table))
+        print()
+    print(f"{args.method} partition of {network.name}, k={args.k}: "
+          f"km1 {int(volume['km1'].sum()):,} activation columns over {network.n_layers} "
+          f"layers (per layer: mean {volume['km1'].mean():.1f}, max {volume['km1'].max()}), "
+          f"work imbalance max {table['imbalance'].max():.4f}, "
+          f"computed in {part.seconds:.2f} s")
+    if args.out:
+        part.save(args.out)
+        print(f"wrote {args.out}")
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     table = records.read_records(args.results)
     summary = report.summary_markdown(table)
@@ -348,6 +385,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-write", action="store_true", help="print only; write no records")
     p.add_argument("--quiet", "-q", action="store_true")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("partition", help="partition every layer's neurons into k parts; "
+                                         "print km1 (communication) and balance")
+    g = p.add_argument_group("network (generated unless --data is given)")
+    g.add_argument("--neurons", "-N", type=int, default=1024)
+    g.add_argument("--layers", "-L", type=int, default=120)
+    g.add_argument("--seed", type=int, default=0,
+                   help="seed of the generated network and of the partition")
+    g.add_argument("--data", type=Path, default=None,
+                   help="challenge folder with neuron{N}/n{N}-l{k}.tsv[.gz]")
+    g.add_argument("--no-cache", action="store_true",
+                   help="do not keep a binary cache of the parsed --data files")
+    p.add_argument("-k", "--parts", dest="k", type=int, default=4, help="parts (4)")
+    p.add_argument("--method", choices=NEURON_PARTITIONS, default="hypergraph")
+    p.add_argument("--epsilon", type=float, default=0.03,
+                   help="hypergraph imbalance bound (0.03)")
+    p.add_argument("--nbuckets", type=int, default=1, help="buckets of the hash (P = 128 x)")
+    p.add_argument("--out", type=Path, default=None, help="write the partition (.npz)")
+    p.add_argument("--per-layer", action="store_true", help="print every layer's figures")
+    p.add_argument("--no-partition-cache", action="store_true",
+                   help="recompute a hypergraph partition even if one is cached")
+    p.add_argument("--quiet", "-q", action="store_true")
+    p.set_defaults(func=cmd_partition)
 
     p = sub.add_parser("report", help="render the latest study's report from the records")
     p.add_argument("--results", type=Path, default=Path("results"))

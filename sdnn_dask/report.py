@@ -96,15 +96,15 @@ def to_markdown(table: pd.DataFrame, columns: Sequence[str] | None = None) -> st
     """A GitHub-flavoured markdown table (no extra dependency)."""
     columns = list(columns or table.columns)
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
-    for _, row in table.iterrows():
-        lines.append("| " + " | ".join(_format(row[c], c) for c in columns) + " |")
+    for i in range(len(table)):  # by column: iterrows would turn ints into floats
+        lines.append("| " + " | ".join(_format(table[c].iat[i], c) for c in columns) + " |")
     return "\n".join(lines)
 
 
 def to_text(table: pd.DataFrame, columns: Sequence[str] | None = None) -> str:
     """A plain aligned table for the terminal."""
     columns = list(columns or table.columns)
-    cells = [[_format(row[c], c) for c in columns] for _, row in table.iterrows()]
+    cells = [[_format(table[c].iat[i], c) for c in columns] for i in range(len(table))]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
     head = "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))
     rule = "  ".join("-" * w for w in widths)

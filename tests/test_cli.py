@@ -80,3 +80,21 @@ def test_help_as_module():
     proc = subprocess.run([sys.executable, "-m", "sdnn_dask", "--help"], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0 and "compare" in proc.stdout
+
+
+def test_partition_command(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("mtkahypar", reason="needs the partition extra")
+    monkeypatch.setenv("SDNN_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "p.npz"
+    code = main(["partition", "-L", "6", "-k", "4", "--method", "hypergraph", "--per-layer",
+                 "--out", str(out), "-q"])
+    text = capsys.readouterr().out
+    assert code == 0
+    assert "km1" in text and "imbalance" in text and "computed in" in text
+    first_layer = next(line.split() for line in text.splitlines() if line.startswith("1 "))
+    assert first_layer[:2] == ["1", "64"]  # layer 1 of RadiX-Net at k = 4: km1 64, as integers
+    from sdnn_dask.partition import NeuronPartition
+
+    assert NeuronPartition.load(out).k == 4
+    code = main(["partition", "-L", "6", "-k", "4", "--method", "block", "-q"])
+    assert code == 0 and "km1 " in capsys.readouterr().out
