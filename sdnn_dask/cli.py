@@ -79,15 +79,24 @@ class Problem:
     source: str
 
 
+def _add_network_arguments(group: argparse._ArgumentGroup, *, with_inputs: bool) -> None:
+    group.add_argument("--neurons", "-N", type=int, default=1024, help="neurons per layer (1024)")
+    group.add_argument("--layers", "-L", type=int, default=120, help="layers (120)")
+    if with_inputs:
+        group.add_argument("--inputs", "-n", type=int, default=None,
+                           help="input rows: generated count (60000), or the first rows of "
+                                "--data")
+    group.add_argument("--seed", type=int, default=0, help="seed of what is generated (0)")
+    group.add_argument("--data", type=Path, default=None,
+                       help="challenge folder with neuron{N}/n{N}-l{k}.tsv[.gz]"
+                            + (" and the inputs" if with_inputs else ""))
+    group.add_argument("--no-cache", action="store_true",
+                       help="do not keep a binary cache of the parsed --data files")
+
+
 def _add_problem_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("network and inputs (generated unless --data is given)")
-    g.add_argument("--neurons", "-N", type=int, default=1024, help="neurons per layer (1024)")
-    g.add_argument("--layers", "-L", type=int, default=120, help="layers (120)")
-    g.add_argument("--inputs", "-n", type=int, default=None,
-                   help="input rows: generated count (60000), or the first rows of --data")
-    g.add_argument("--seed", type=int, default=0, help="seed of the generated network/inputs")
-    g.add_argument("--data", type=Path, default=None,
-                   help="challenge folder with neuron{N}/n{N}-l{k}.tsv[.gz] and the inputs")
+    _add_network_arguments(g, with_inputs=True)
     g.add_argument("--inputs-file", type=Path, default=None,
                    help="inputs file (default: DATA/sparse-images-{N}.tsv[.gz])")
     g.add_argument("--truth", type=Path, default=None,
@@ -95,8 +104,6 @@ def _add_problem_arguments(parser: argparse.ArgumentParser) -> None:
                         "if present)")
     g.add_argument("--tile", type=int, default=1,
                    help="repeat the inputs this many times (e.g. official 1200 rows x 50)")
-    g.add_argument("--no-cache", action="store_true",
-                   help="do not keep a binary cache of the parsed --data files")
 
 
 def load_network(args: argparse.Namespace, progress: Progress) -> Network:
@@ -388,15 +395,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("partition", help="partition every layer's neurons into k parts; "
                                          "print km1 (communication) and balance")
-    g = p.add_argument_group("network (generated unless --data is given)")
-    g.add_argument("--neurons", "-N", type=int, default=1024)
-    g.add_argument("--layers", "-L", type=int, default=120)
-    g.add_argument("--seed", type=int, default=0,
-                   help="seed of the generated network and of the partition")
-    g.add_argument("--data", type=Path, default=None,
-                   help="challenge folder with neuron{N}/n{N}-l{k}.tsv[.gz]")
-    g.add_argument("--no-cache", action="store_true",
-                   help="do not keep a binary cache of the parsed --data files")
+    _add_network_arguments(p.add_argument_group("network (generated unless --data is given)"),
+                           with_inputs=False)
     p.add_argument("-k", "--parts", dest="k", type=int, default=4, help="parts (4)")
     p.add_argument("--method", choices=NEURON_PARTITIONS, default="hypergraph")
     p.add_argument("--epsilon", type=float, default=0.03,
