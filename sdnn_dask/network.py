@@ -120,14 +120,3 @@ class Network:
                 orders.append(np.lexsort((last, first)).astype(np.int64))
             self._output_order = orders
         return self._output_order
-
-    def truncated(self, n_layers: int, name: str | None = None) -> Network:
-        """The first ``n_layers`` layers (the challenge's deeper networks share them)."""
-        if not 1 <= n_layers <= self.n_layers:
-            raise ValueError(f"n_layers must be in 1..{self.n_layers}, got {n_layers}")
-        return Network(
-            self.layers[:n_layers],
-            bias=self.bias,
-            ymax=self.ymax,
-            name=name or f"{self.name}[:{n_layers}]",
-        )

@@ -68,11 +68,6 @@ class RunResult:
         """The challenge rate: ``inputs * sum_k nnz(W_k) / wall seconds``."""
         return self.n_inputs * self.network["edges"] / self.wall_seconds
 
-    @property
-    def compute_seconds(self) -> float:
-        """Sum of per-block compute seconds."""
-        return float(self.blocks["compute_s"].sum())
-
     def __repr__(self) -> str:
         return (f"RunResult({self.strategy}/{self.partition}, {self.network['name']}, "
                 f"{self.n_inputs} inputs, {self.n_workers} workers x {self.n_blocks} blocks, "
