@@ -10,14 +10,25 @@ study               id of the invocation that made the run (one ``compare`` = on
 run_id              id of the run
 time                when the run's record was made (UTC, ISO 8601)
 host                machine that drove the run
-strategy            ``reference`` | ``kernel`` (serial) | ``data`` (data parallelism)
-partition           ``none`` | ``block`` | ``hash`` | ``random`` | ``chunks``
+strategy            ``reference`` | ``kernel`` (serial) | ``data`` (data parallelism) |
+                    ``model`` (model parallelism) | ``hybrid`` (row groups x neuron parts)
+partition           row partition of ``data``: ``none`` | ``block`` | ``hash`` | ``random`` |
+                    ``chunks``; neuron partition of ``model``/``hybrid``: ``block`` |
+                    ``hash`` | ``random`` | ``hypergraph``
 network             network name; ``neurons``, ``layers``, ``edges`` (sum of nnz(W_k))
 inputs              input rows
-workers, blocks     Dask workers used, blocks the rows were split into
+workers, blocks     Dask workers used, blocks the work was split into (model/hybrid: one
+                    block per part per row group)
+parts, row_groups   neuron parts ``k`` and row groups ``R`` (data: ``1`` and ``blocks``)
 block, worker       this row's block and the worker that ran it
-rows, survivors     input rows of the block, and those nonzero after the last layer
-compute_s           seconds in the kernel, measured on the worker
+rows, survivors     input rows of the block, and those nonzero after the last layer (for a
+                    part: nonzero in the part's columns)
+compute_s           seconds in the kernel, measured on the worker (a part: sum of its layers)
+bytes_moved         bytes moved between workers in the run, from Dask's transfer logs
+                    (model/hybrid; empty where not measured)
+predicted_volume    the neuron partition's volume: activation columns sent between parts,
+                    summed over layers and row groups (km1)
+partition_s         seconds taken to compute the neuron partition
 wall_s              the run's inference seconds seen by the caller
 edges_per_s         ``inputs * edges / wall_s``
 imbalance           max/mean of ``compute_s`` over the run's blocks (1 = perfect)
@@ -31,7 +42,9 @@ versions            ``sdnn_dask, dask, distributed, numpy, scipy, numba, python`
 ==================  =========================================================================
 
 Layer records (``layers.csv``): ``study, run_id, block, layer, mode, rows_in, rows_out,
-nnz_out, seconds``.
+nnz_out, seconds``, and for model/hybrid runs what the part received in the layer:
+``columns_in`` (predicted columns from other parts), ``bytes_in`` (measured by Dask),
+``transfers_in``, ``nnz_in`` and ``rows_received``.
 
 Files are appended atomically: the new table is written beside the old one and renamed
 over it, so an interrupted write leaves the old file intact.
@@ -55,12 +68,14 @@ from .result import RunResult
 
 RUN_COLUMNS = [
     "study", "run_id", "time", "host", "strategy", "partition", "network", "neurons",
-    "layers", "edges", "inputs", "workers", "blocks", "block", "worker", "rows",
-    "survivors", "compute_s", "wall_s", "edges_per_s", "imbalance", "survivor_imbalance",
-    "check", "check_against", "max_abs_diff", "params", "versions",
+    "layers", "edges", "inputs", "workers", "blocks", "parts", "row_groups", "block",
+    "worker", "rows", "survivors", "compute_s", "wall_s", "edges_per_s", "imbalance",
+    "survivor_imbalance", "bytes_moved", "predicted_volume", "partition_s", "check",
+    "check_against", "max_abs_diff", "params", "versions",
 ]
 LAYER_COLUMNS = ["study", "run_id", "block", "layer", "mode", "rows_in", "rows_out",
-                 "nnz_out", "seconds"]
+                 "nnz_out", "seconds", "columns_in", "bytes_in", "transfers_in", "nnz_in",
+                 "rows_received"]
 RECORDS_FILE = "records.csv"
 LAYERS_FILE = "layers.csv"
 
@@ -82,6 +97,10 @@ def versions() -> str:
 def new_study_id() -> str:
     """A sortable id for a group of runs: UTC time to the second."""
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def _or_nan(value: float | None) -> float:
+    return np.nan if value is None else value
 
 
 def run_records(
@@ -109,10 +128,15 @@ def run_records(
         "inputs": result.n_inputs,
         "workers": result.n_workers,
         "blocks": result.n_blocks,
+        "parts": result.parts,
+        "row_groups": result.row_groups if result.row_groups is not None else 1,
         "wall_s": result.wall_seconds,
         "edges_per_s": result.edges_per_second,
         "imbalance": imbalance(blocks["compute_s"]),
         "survivor_imbalance": imbalance(blocks["survivors"]),
+        "bytes_moved": _or_nan(result.bytes_moved),
+        "predicted_volume": _or_nan(result.predicted_volume),
+        "partition_s": _or_nan(result.partition_seconds),
         "check": check,
         "check_against": check_against,
         "max_abs_diff": np.nan if max_abs_diff is None else max_abs_diff,

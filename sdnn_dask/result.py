@@ -21,9 +21,11 @@ class RunResult:
     Attributes
     ----------
     strategy
-        ``"reference"``, ``"kernel"`` (serial) or ``"data"`` (data parallelism).
+        ``"reference"``, ``"kernel"`` (serial), ``"data"`` (data parallelism),
+        ``"model"`` (model parallelism) or ``"hybrid"`` (row groups x neuron parts).
     partition
-        Row partition name (``"none"`` for serial runs, ``"chunks"`` for dask arrays).
+        Row partition name for data parallelism (``"none"`` for serial runs,
+        ``"chunks"`` for dask arrays); neuron partition name for model and hybrid.
     network
         Name, neurons, layers and edges of the network run.
     n_inputs
@@ -37,12 +39,32 @@ class RunResult:
         (weights and input blocks were placed on the workers before the clock starts).
     blocks
         One row per block: ``block, worker, rows, survivors, compute_s``; ``compute_s`` is
-        measured inside the worker around the kernel.
+        measured inside the worker around the kernel. In model and hybrid runs a block is
+        one part of one row group (``block = group * k + part``; columns ``group, part``
+        too), and ``survivors`` counts the rows nonzero in that part's columns.
     layers
         One row per (block, layer): ``block, layer, mode, rows_in, rows_out, nnz_out,
-        seconds``.
+        seconds``; model and hybrid runs add what the part received (``columns_in``
+        predicted, ``bytes_in`` measured, ``pieces_in, nnz_in, rows_received``).
     params
         Other parameters of the run (seed, nbuckets, ...).
+    parts
+        Neuron parts ``k`` (model parallelism and hybrid; 1 otherwise).
+    row_groups
+        Row groups ``R`` of the hybrid (1 for model parallelism; ``n_blocks`` for data
+        parallelism, where every block is a row group of one part).
+    bytes_moved
+        Bytes moved between workers during the run, from Dask's transfer logs (model
+        parallelism and hybrid; ``None`` where not measured).
+    predicted_volume
+        The neuron partition's communication volume: activation columns sent between
+        parts, summed over layers and row groups (``None`` without a neuron partition).
+    partition_seconds
+        Time taken to compute the neuron partition (``None`` without one).
+    communication
+        Per layer: predicted ``km1``, ``volume`` and ``max_received`` (columns), and the
+        measured ``bytes_moved`` and ``transfers``, with what the receiving parts saw
+        (``columns_in``, ``nnz_in``, ``rows_received``); ``None`` for other strategies.
     """
 
     strategy: str
@@ -56,6 +78,12 @@ class RunResult:
     blocks: pd.DataFrame
     layers: pd.DataFrame
     params: dict[str, Any] = field(default_factory=dict)
+    parts: int = 1
+    row_groups: int | None = None
+    bytes_moved: int | None = None
+    predicted_volume: int | None = None
+    partition_seconds: float | None = None
+    communication: pd.DataFrame | None = field(default=None, repr=False)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
     @property

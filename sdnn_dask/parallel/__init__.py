@@ -1,16 +1,18 @@
-"""Executors: serial, data-parallel; one :class:`RunResult` type for all."""
+"""Executors: serial, data, model and hybrid parallelism; one :class:`RunResult` type for all."""
 
 from ..result import Agreement, RunResult, compare_outputs, network_info
 from .data import DataParallelExecutor, run_block
+from .model import ModelParallelExecutor
 from .serial import SERIAL_METHODS, run_serial
 
-STRATEGIES = ("reference", "kernel", "data")
+STRATEGIES = ("reference", "kernel", "data", "model", "hybrid")
 
 __all__ = [
     "SERIAL_METHODS",
     "STRATEGIES",
     "Agreement",
     "DataParallelExecutor",
+    "ModelParallelExecutor",
     "RunResult",
     "compare_outputs",
     "network_info",

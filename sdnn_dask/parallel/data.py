@@ -205,6 +205,7 @@ class DataParallelExecutor:
             n_inputs=n_inputs,
             n_workers=self.n_workers,
             n_blocks=len(row_ids),
+            row_groups=len(row_ids),
             output=as_csr32(output),
             wall_seconds=wall,
             blocks=pd.DataFrame(blocks),

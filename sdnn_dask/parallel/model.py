@@ -1,0 +1,326 @@
+"""Model parallelism (and the 2-D hybrid): every layer's neurons split across workers.
+
+A :class:`~sdnn_dask.partition.NeuronPartition` assigns each neuron of every level to one
+of ``k`` parts; each part is pinned to one worker (``part % workers``) and holds only its
+slice of every layer's weights (:func:`~sdnn_dask.slabs.make_part_plans`). Layer ``l`` is,
+per part ``p``::
+
+    send   q -> p :  Y_{l-1}[:, own_q & needed_p]     (a task on q's worker)
+    step   p      :  Y_l[:, own_p] = Y_{l-1}[:, needed_p] @ W_l[needed_p, own_p]
+
+so a part receives exactly the activation columns it reads and does not own: the
+column-net hypergraph's connectivity minus one, which hypergraph partitioning minimises.
+Only rows with a nonzero in the columns sent travel, as CSR.
+
+The hybrid splits the input rows into ``R`` groups (a row partition, as in data
+parallelism) and runs the ``C = k`` parts of each group; group ``g``'s part ``p`` runs on
+worker ``(g * C + p) % workers``. ``R = 1`` is model parallelism, ``C = 1`` data parallelism.
+
+Every task of a run carries the run's token in its key; the bytes the workers fetched are
+then read from Dask's transfer logs (:mod:`.transfers`) and reported per layer next to the
+partition's predicted volume.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+import uuid
+from typing import Any
+
+import dask
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+from dask.sizeof import sizeof
+from distributed import Client, Future, wait
+
+from .. import config
+from ..kernels import warm_up_kernels
+from ..network import Network, as_csr32
+from ..partition import NeuronPartition, make_neuron_partition, make_row_partition
+from ..result import RunResult, network_info
+from ..slabs import (
+    PART_TRACE_COLUMNS,
+    PartPlan,
+    Slab,
+    assemble,
+    make_part_plans,
+    part_layer_step,
+    take_columns,
+)
+from .transfers import transfers_of, widen_transfer_logs
+
+
+@sizeof.register(Slab)
+def _sizeof_slab(slab: Slab) -> int:  # Dask's transfer accounting and memory limits use it
+    return slab.nbytes
+
+
+@sizeof.register(PartPlan)
+def _sizeof_plan(plan: PartPlan) -> int:
+    return plan.nbytes
+
+
+def _send(plan: PartPlan, layer: int, slab: Slab, dest: int) -> Slab:
+    """On the sender's worker: the columns of ``slab`` part ``dest`` needs in ``layer``."""
+    return take_columns(slab, plan.layers[layer - 1].take[dest])
+
+
+def _step(plan: PartPlan, layer: int, own_prev: Slab, sources: list[int], *pieces: Slab
+          ) -> Slab:
+    """On the part's worker: one layer of one part."""
+    return part_layer_step(plan, layer, own_prev, dict(zip(sources, pieces, strict=True)))
+
+
+_KEY = re.compile(r"-g(\d+)-l(\d+)-(\d+)to(\d+)$")
+
+
+class ModelParallelExecutor:
+    """Run model-parallel (or hybrid) inference of one network on a Dask cluster.
+
+    Parameters
+    ----------
+    client
+        Any ``distributed.Client``.
+    network
+        The network. Each partition's weight slices are sent to the workers the first
+        time it is used, and kept for later runs with the same partition.
+    warm_up
+        Compile the kernels on every worker now, so runs are timed warm.
+
+    Examples
+    --------
+    >>> from sdnn_dask.cluster import local_client  # doctest: +SKIP
+    >>> from sdnn_dask.radixnet import make_network  # doctest: +SKIP
+    >>> from sdnn_dask.images import make_inputs  # doctest: +SKIP
+    >>> client = local_client(2)  # doctest: +SKIP
+    >>> executor = ModelParallelExecutor(client, make_network(1024, 120))  # doctest: +SKIP
+    >>> result = executor.run(make_inputs(6000), partition="hypergraph", k=4)  # doctest: +SKIP
+    >>> result.communication[["layer", "km1", "bytes_moved"]].head()  # doctest: +SKIP
+    """
+
+    def __init__(self, client: Client, network: Network, *, warm_up: bool = True):
+        self.client = client
+        self.network = network
+        self._placed: dict[tuple, tuple[NeuronPartition, list[PartPlan], dict[int, Future],
+                                        list[str]]] = {}
+        if warm_up:
+            client.run(warm_up_kernels)
+
+    @property
+    def n_workers(self) -> int:
+        """Workers connected now."""
+        return len(self.client.nthreads())
+
+    def partition(self, method: str | NeuronPartition = "block", k: int | None = None, *,
+                  seed: int = 0, nbuckets: int = 1, epsilon: float = 0.03,
+                  cache: bool | str | None = True) -> NeuronPartition:
+        """The neuron partition a run with these arguments uses (built if needed)."""
+        if isinstance(method, NeuronPartition):
+            if k is not None and k != method.k:
+                raise ValueError(f"k={k} but the partition given has k={method.k}")
+            return method
+        k = self.n_workers if k is None else k
+        return make_neuron_partition(self.network, k, method, seed=seed, nbuckets=nbuckets,
+                                     epsilon=epsilon, cache=cache if method == "hypergraph"
+                                     else None)
+
+    def _place(self, partition: NeuronPartition, row_groups: int
+               ) -> tuple[list[PartPlan], dict[int, Future], list[str]]:
+        """Plans of every part, on the workers that run them (built and sent once)."""
+        workers = sorted(self.client.nthreads())
+        threshold = float(config.get("kernel.dense-threshold"))
+        digest = hashlib.sha1(partition.parts.tobytes()).hexdigest()
+        key = (partition.method, partition.k, digest, row_groups, tuple(workers), threshold)
+        if key not in self._placed:
+            plans = make_part_plans(self.network, partition, dense_threshold=threshold)
+            futures = {}
+            for p, plan in enumerate(plans):
+                hosts = sorted({self._slot(workers, g, p, partition.k)
+                                for g in range(row_groups)})
+                [futures[p]] = self.client.scatter([plan], workers=hosts, broadcast=True,
+                                                   hash=False)
+            self._wait(list(futures.values()))
+            # one partition's plans at a time: a new one releases the old from the workers
+            self._placed = {key: (partition, plans, futures, workers)}
+        _, plans, futures, workers = self._placed[key]
+        return plans, futures, workers
+
+    @staticmethod
+    def _slot(workers: list[str], group: int, part: int, k: int) -> str:
+        return workers[(group * k + part) % len(workers)]
+
+    def _wait(self, futures: list[Future]) -> None:
+        with self.client.as_current():
+            wait(futures)
+
+    def run(
+        self,
+        inputs: sp.spmatrix | sp.sparray,
+        *,
+        partition: str | NeuronPartition = "block",
+        k: int | None = None,
+        row_groups: int = 1,
+        row_partition: str = "block",
+        seed: int = 0,
+        nbuckets: int = 1,
+        epsilon: float = 0.03,
+        cache: bool | str | None = True,
+    ) -> RunResult:
+        """Infer ``inputs`` with every layer's neurons split into ``k`` parts.
+
+        Parameters
+        ----------
+        inputs
+            ``rows x N`` scipy sparse matrix.
+        partition
+            A :class:`~sdnn_dask.partition.NeuronPartition`, or the method to build one:
+            ``"block"``, ``"hash"``, ``"random"`` or ``"hypergraph"`` (needs the
+            ``partition`` extra).
+        k
+            Parts (default: one per worker); may exceed the number of workers.
+        row_groups
+            ``R`` of the hybrid: row groups, each run by its own ``k`` parts (1: plain
+            model parallelism).
+        row_partition
+            How rows are split into groups: ``"block"``, ``"hash"`` or ``"random"``.
+        seed, nbuckets, epsilon, cache
+            Passed to the neuron partition (``seed`` also to a random row partition).
+
+        Returns
+        -------
+        RunResult
+            ``strategy`` is ``"model"`` (``R = 1``) or ``"hybrid"``; ``communication``
+            has, per layer, the predicted volume and the bytes Dask moved between workers.
+        """
+        y = as_csr32(inputs)
+        n = self.network.n_neurons
+        if y.ndim != 2 or y.shape[1] != n:
+            raise ValueError(f"inputs have shape {y.shape}; the network needs rows x {n}")
+        if int(row_groups) != row_groups or row_groups < 1:
+            raise ValueError(f"row_groups must be a positive integer, got {row_groups!r}")
+        part = self.partition(partition, k, seed=seed, nbuckets=nbuckets, epsilon=epsilon,
+                              cache=cache)
+        k = part.k
+        plans, plan_futures, workers = self._place(part, row_groups)
+        groups = make_row_partition(row_partition, y.shape[0], row_groups, seed=seed).blocks()
+        token = uuid.uuid4().hex[:12]
+        # Inputs: each part's level-0 columns of its group's rows, on its worker.
+        slab_futures = {}
+        for g, rows in enumerate(groups):
+            block = y[rows]
+            for p, plan in enumerate(plans):
+                [slab_futures[g, p]] = self.client.scatter(
+                    [Slab.from_rows(block, plan.inputs)],
+                    workers=[self._slot(workers, g, p, k)], hash=False)
+        self._wait(list(slab_futures.values()))
+        widen_transfer_logs(self.client)
+        graph = self._graph(plans, plan_futures, slab_futures, workers, len(groups), token)
+
+        start = time.perf_counter()
+        futures = self.client.compute(graph, optimize_graph=False)
+        finals = self.client.gather(futures)
+        wall = time.perf_counter() - start
+
+        output = sp.csr_matrix((y.shape[0], n), dtype=np.float32)
+        own_last = [plan.layers[-1].own for plan in plans]
+        parts_out = []
+        for g, rows in enumerate(groups):
+            slabs = finals[g * k:(g + 1) * k]
+            output = output + assemble(slabs, own_last, (y.shape[0], n), row_ids=rows)
+            parts_out += [(g, p, s) for p, s in enumerate(slabs)]
+        transfers = transfers_of(self.client, token)
+        return self._result(y.shape[0], as_csr32(output), wall, part, row_groups,
+                            row_partition, groups, parts_out, workers, transfers, seed)
+
+    def _graph(self, plans: list[PartPlan], plan_futures: dict[int, Future],
+               slab_futures: dict[tuple[int, int], Future], workers: list[str],
+               n_groups: int, token: str) -> list[Any]:
+        """Delayed tasks of every layer, each pinned to its part's worker."""
+        k = len(plans)
+        finals = []
+        for g in range(n_groups):
+            current: list[Any] = [slab_futures[g, p] for p in range(k)]
+            for layer in range(1, self.network.n_layers + 1):
+                nxt = []
+                for p, plan in enumerate(plans):
+                    sources = plan.sources(layer)
+                    pieces = []
+                    for q in sources:
+                        with dask.annotate(workers=[self._slot(workers, g, q, k)],
+                                           allow_other_workers=False):
+                            pieces.append(dask.delayed(_send, pure=False)(
+                                plan_futures[q], layer, current[q], p,
+                                dask_key_name=f"send-{token}-g{g}-l{layer}-{q}to{p}"))
+                    with dask.annotate(workers=[self._slot(workers, g, p, k)],
+                                       allow_other_workers=False):
+                        nxt.append(dask.delayed(_step, pure=False)(
+                            plan_futures[p], layer, current[p], sources, *pieces,
+                            dask_key_name=f"step-{token}-g{g}-l{layer}-p{p}"))
+                current = nxt
+            finals += current
+        return finals
+
+    def _result(self, n_inputs: int, output: sp.csr_matrix, wall: float,
+                part: NeuronPartition, row_groups: int, row_partition: str,
+                groups: list[np.ndarray], parts_out: list[tuple[int, int, Slab]],
+                workers: list[str], transfers: pd.DataFrame, seed: int) -> RunResult:
+        k = part.k
+        blocks, layers = [], []
+        for g, p, slab in parts_out:
+            block = g * k + p
+            trace = pd.DataFrame(slab.trace, columns=PART_TRACE_COLUMNS)
+            trace.insert(0, "block", block)
+            trace["group"], trace["part"] = g, p
+            layers.append(trace)
+            blocks.append({"block": block, "worker": self._slot(workers, g, p, k),
+                           "rows": len(groups[g]), "survivors": len(slab.rows),
+                           "compute_s": float(trace["seconds"].sum()), "group": g,
+                           "part": p})
+        layers = pd.concat(layers, ignore_index=True)
+        # measured: bytes each (group, part) fetched per layer, from Dask's logs
+        if len(transfers):
+            ids = transfers["key"].str.extract(_KEY).astype(int)
+            ids.columns = ["group", "layer", "source", "part"]
+            moved = (transfers.assign(**ids).groupby(["group", "part", "layer"])["nbytes"]
+                     .agg(["sum", "count"]).reset_index())
+        else:
+            moved = pd.DataFrame(columns=["group", "part", "layer", "sum", "count"])
+        moved = moved.rename(columns={"sum": "bytes_in", "count": "transfers_in"})
+        layers = layers.merge(moved, on=["group", "part", "layer"], how="left")
+        layers[["bytes_in", "transfers_in"]] = (layers[["bytes_in", "transfers_in"]]
+                                                .fillna(0).astype(np.int64))
+        volume = part.volume(self.network)
+        per_layer = layers.groupby("layer").agg(
+            bytes_moved=("bytes_in", "sum"), transfers=("transfers_in", "sum"),
+            columns_in=("columns_in", "sum"), nnz_in=("nnz_in", "sum"),
+            rows_received=("rows_received", "sum"), seconds_max=("seconds", "max"),
+        ).reset_index()
+        communication = volume.merge(per_layer, on="layer", how="left")
+        # columns_in sums over groups: every group exchanges the partition's volume
+        params: dict[str, Any] = {"k": k, "row_groups": row_groups, **part.params}
+        if row_groups > 1:
+            params["row_partition"] = row_partition
+            if row_partition == "random":
+                params["row_seed"] = seed
+        return RunResult(
+            strategy="model" if row_groups == 1 else "hybrid",
+            partition=part.method,
+            network=network_info(self.network),
+            n_inputs=n_inputs,
+            n_workers=len(workers),
+            n_blocks=len(parts_out),
+            output=output,
+            wall_seconds=wall,
+            blocks=pd.DataFrame(blocks),
+            layers=layers,
+            params=params,
+            parts=k,
+            row_groups=row_groups,
+            bytes_moved=int(communication["bytes_moved"].sum()),
+            predicted_volume=int(volume["km1"].sum()) * row_groups,
+            partition_seconds=part.seconds,
+            communication=communication,
+        )
