@@ -17,9 +17,14 @@ from ._files import atomic_path
 
 #: Run-level columns, constant over the block rows of a run.
 _RUN_LEVEL = ["study", "run_id", "time", "strategy", "partition", "network", "neurons",
-              "layers", "edges", "inputs", "workers", "blocks", "wall_s", "edges_per_s",
-              "imbalance", "survivor_imbalance", "check", "check_against", "max_abs_diff",
+              "layers", "edges", "inputs", "workers", "blocks", "parts", "row_groups",
+              "wall_s", "edges_per_s", "imbalance", "survivor_imbalance", "bytes_moved",
+              "predicted_volume", "partition_s", "check", "check_against", "max_abs_diff",
               "params"]
+
+#: Columns that records written before model parallelism lack, with their value there.
+_ADDED = {"parts": 1, "row_groups": np.nan, "bytes_moved": np.nan,
+          "predicted_volume": np.nan, "partition_s": np.nan}
 
 #: What identifies a configuration: repeats of one configuration are pooled.
 CONFIG = ["strategy", "partition", "workers", "blocks", "params"]
@@ -27,6 +32,7 @@ CONFIG = ["strategy", "partition", "workers", "blocks", "params"]
 
 def runs(records: pd.DataFrame) -> pd.DataFrame:
     """One row per run (the block rows collapsed), in the order runs were recorded."""
+    records = records.assign(**{c: v for c, v in _ADDED.items() if c not in records})
     present = [c for c in _RUN_LEVEL if c in records]
     table = records[present].drop_duplicates("run_id").reset_index(drop=True)
     per_block = records.groupby("run_id", sort=False)["compute_s"].agg(["sum", "max"])
@@ -49,8 +55,10 @@ def comparison(records: pd.DataFrame, baseline: str = "reference") -> pd.DataFra
     Returns
     -------
     pandas.DataFrame
-        ``strategy, partition, workers, blocks, params, repeats, seconds, edges_per_s,
-        speedup, vs_kernel, imbalance, survivor_imbalance, check``.
+        ``strategy, partition, workers, blocks, parts, params, repeats, seconds,
+        edges_per_s, speedup, vs_kernel, imbalance, survivor_imbalance, mb_moved,
+        predicted_volume, check``; ``mb_moved`` is the median of the bytes moved between
+        workers (model and hybrid runs), in MB.
     """
     table = runs(records)
     if table.empty:
@@ -65,6 +73,9 @@ def comparison(records: pd.DataFrame, baseline: str = "reference") -> pd.DataFra
         edges_per_s=("edges_per_s", "median"),
         imbalance=("imbalance", "median"),
         survivor_imbalance=("survivor_imbalance", "median"),
+        parts=("parts", "first"),
+        mb_moved=("bytes_moved", lambda b: b.median() / 1e6),
+        predicted_volume=("predicted_volume", "first"),
         check=("check", lambda c: "PASS" if (c == "PASS").all() else "FAIL"),
     ).reset_index()
 
@@ -74,9 +85,9 @@ def comparison(records: pd.DataFrame, baseline: str = "reference") -> pd.DataFra
 
     out["speedup"] = seconds_of(baseline) / out["seconds"]
     out["vs_kernel"] = seconds_of("kernel") / out["seconds"]
-    columns = ["strategy", "partition", "workers", "blocks", "params", "repeats", "seconds",
-               "edges_per_s", "speedup", "vs_kernel", "imbalance", "survivor_imbalance",
-               "check"]
+    columns = ["strategy", "partition", "workers", "blocks", "parts", "params", "repeats",
+               "seconds", "edges_per_s", "speedup", "vs_kernel", "imbalance",
+               "survivor_imbalance", "mb_moved", "predicted_volume", "check"]
     return out[columns]
 
 
@@ -88,6 +99,10 @@ def _format(value: object, column: str) -> str:
             return f"{value:.3g}"
         if column in ("seconds",):
             return f"{value:.3f}"
+        if column in ("predicted_volume", "parts"):
+            return f"{value:,.0f}"
+        if column in ("mb_moved",):
+            return f"{value:.1f}"
         return f"{value:.2f}"
     return str(value)
 
@@ -119,8 +134,9 @@ def summary_markdown(records: pd.DataFrame, *, title: str = "sdnn_dask compariso
     latest = table[table["study"].astype(str) == table["study"].astype(str).max()]
     first = latest.iloc[0]
     cmp = comparison(records)
-    shown = ["strategy", "partition", "workers", "blocks", "repeats", "seconds", "edges_per_s",
-             "speedup", "vs_kernel", "imbalance", "survivor_imbalance", "check"]
+    shown = ["strategy", "partition", "workers", "blocks", "parts", "repeats", "seconds",
+             "edges_per_s", "speedup", "vs_kernel", "imbalance", "survivor_imbalance",
+             "mb_moved", "predicted_volume", "check"]
     checked = "the truth categories" if (latest["check_against"] == "truth").any() \
         else "the serial reference's categories"
     lines = [
@@ -139,7 +155,11 @@ def summary_markdown(records: pd.DataFrame, *, title: str = "sdnn_dask compariso
         "on the workers). `edges_per_s`: inputs x edges / seconds. `speedup`: against the "
         "serial reference recurrence; `vs_kernel`: against the serial compiled kernel. "
         "`imbalance`: max/mean of per-block compute seconds; `survivor_imbalance`: the same "
-        "for rows that survive all layers.",
+        "for rows that survive all layers. Model and hybrid rows: `blocks` are parts x row "
+        "groups, `parts` the neuron parts k, `mb_moved` the MB moved between workers as "
+        "Dask's transfer logs report them, `predicted_volume` the partition's km1 (activation "
+        "columns sent between parts, summed over layers and row groups); "
+        "`survivor_imbalance` there compares parts' rows nonzero in their own columns.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -163,8 +183,10 @@ def plot_comparison(records: pd.DataFrame, path: str | Path) -> Path:
         ) from error
     cmp = comparison(records)
     labels = [
-        f"{r.strategy}\n{r.partition}" + (f"\n{r.workers}w x {r.blocks}b" if r.strategy == "data"
-                                          else "")
+        f"{r.strategy}\n{r.partition}" + (
+            f"\n{r.workers}w x {r.blocks}b" if r.strategy == "data"
+            else f"\nk={r.parts}" + (f" x {r.blocks // r.parts}" if r.strategy == "hybrid"
+                                     else "") if r.strategy in ("model", "hybrid") else "")
         for r in cmp.itertuples()
     ]
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(cmp)), 4))

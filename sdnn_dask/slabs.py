@@ -23,6 +23,7 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
+from . import config
 from .kernels import _ROW_TILE, _SETUP_ROWS, dense_step, sparse_step
 from .network import Network, as_csr32
 from .partition.neurons import NeuronPartition
@@ -47,17 +48,25 @@ class Slab:
     trace
         Per-layer tuples (:data:`PART_TRACE_COLUMNS`) of the part that made it, carried
         from layer to layer so the last slab holds the part's whole history.
+    columns
+        For a piece cut for several parts at once (:func:`take_columns` with
+        ``label=True``): the positions, in the source slab, of its columns. ``None`` for
+        a part's own slab and for a piece cut for one part (its columns are then exactly
+        the ones that part reads).
     """
 
     rows: np.ndarray
     values: sp.csr_matrix
     trace: list[tuple] = field(default_factory=list, repr=False)
+    columns: np.ndarray | None = None
 
     @property
     def nbytes(self) -> int:
         """Bytes of the arrays it holds (what a transfer carries, before framing)."""
         v = self.values
-        return int(self.rows.nbytes + v.indptr.nbytes + v.indices.nbytes + v.data.nbytes)
+        extra = 0 if self.columns is None else self.columns.nbytes
+        return int(self.rows.nbytes + v.indptr.nbytes + v.indices.nbytes + v.data.nbytes
+                   + extra)
 
     @classmethod
     def empty(cls, columns: int, trace: list[tuple] | None = None) -> Slab:
@@ -106,21 +115,38 @@ def _select(csr: sp.csr_matrix, colmap: np.ndarray, columns: int, rows: np.ndarr
     return Slab(rows[kept], values)
 
 
-def take_columns(slab: Slab, positions: np.ndarray) -> Slab:
+def take_columns(slab: Slab, positions: np.ndarray, *, label: bool = False) -> Slab:
     """The piece of ``slab`` with the columns at ``positions`` (increasing), empty rows
-    dropped; carries no trace."""
+    dropped; carries no trace. ``label`` records ``positions`` in the piece
+    (:attr:`Slab.columns`), for pieces that serve several parts."""
+    if len(positions) == slab.values.shape[1] and not label:
+        return Slab(slab.rows, slab.values)  # every column: nothing to cut
     colmap = np.full(slab.values.shape[1], -1, np.int64)
     colmap[positions] = np.arange(len(positions))
-    return _select(slab.values, colmap, len(positions), slab.rows)
+    piece = _select(slab.values, colmap, len(positions), slab.rows)
+    if label:
+        piece.columns = np.asarray(positions, dtype=np.int32)
+    return piece
 
 
-@numba.njit(nogil=True, cache=True)
-def _scatter_t(indptr, indices, data, row_pos, col_pos, out):  # pragma: no cover
-    """Write CSR entries into the dense transposed tile ``out`` (``columns x rows``)."""
-    for r in range(indptr.shape[0] - 1):
-        rr = row_pos[r]
-        for p in range(indptr[r], indptr[r + 1]):
-            out[col_pos[indices[p]], rr] = data[p]
+def piece_for(plan_layer: LayerPlan, destinations: list[int], slab: Slab) -> Slab:
+    """What a part sends to the parts ``destinations`` (all on one worker) in one layer:
+    the union of the columns they read from it, sent once."""
+    if len(destinations) == 1:
+        return take_columns(slab, plan_layer.take[destinations[0]])
+    positions = np.unique(np.concatenate([plan_layer.take[p] for p in destinations]))
+    return take_columns(slab, positions, label=True)
+
+
+def _columns_from(received: Slab, wanted: np.ndarray) -> Slab:
+    """The columns at source positions ``wanted`` out of what a source part provided: its
+    whole slab, a piece cut for this part alone, or a labelled piece for several parts."""
+    n = received.values.shape[1]
+    if n == len(wanted):  # exactly the columns wanted (a superset of equal size is equal)
+        return received
+    if received.columns is None:  # the source's whole slab (same worker)
+        return take_columns(received, wanted)
+    return take_columns(received, np.searchsorted(received.columns, wanted))
 
 
 @numba.njit(nogil=True, cache=True)
@@ -146,6 +172,66 @@ def _dense_t_to_csr(zt, alive, nnz):  # pragma: no cover
     return op, oi, ox
 
 
+@numba.njit(nogil=True, cache=True)
+def _scatter_rows_t(indptr, indices, data, row_pos, col_pos, lo, hi, offset,
+                    out):  # pragma: no cover
+    """Write rows ``lo..hi`` of a CSR piece into the dense transposed tile ``out``
+    (``columns x rows``) at rows ``row_pos - offset`` and columns ``col_pos[indices]``."""
+    for r in range(lo, hi):
+        rr = row_pos[r] - offset
+        for p in range(indptr[r], indptr[r + 1]):
+            out[col_pos[indices[p]], rr] = data[p]
+
+
+def _union_rows(live: list[tuple[Slab, np.ndarray]]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The sorted union of the pieces' rows, and each piece's row positions in it."""
+    if len(live) == 1:
+        rows = live[0][0].rows
+        return rows, [np.arange(len(rows), dtype=np.int64)]
+    top = max(int(s.rows[-1]) for s, _ in live) + 1
+    mask = np.zeros(top, np.bool_)
+    for s, _ in live:
+        mask[s.rows] = True
+    rows = np.flatnonzero(mask)
+    index = np.empty(top, np.int64)
+    index[rows] = np.arange(len(rows))
+    return rows, [index[s.rows] for s, _ in live]
+
+
+def _dense_layer(lp: LayerPlan, live: list[tuple[Slab, np.ndarray]],
+                 row_pos: list[np.ndarray], n_rows: int, ymax: np.float32,
+                 chunk_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The dense step over the union rows, ``chunk_rows`` at a time: each chunk's input
+    and output tiles are reused buffers sized for the cache, as in the serial kernel (a
+    whole-slab tile is slower, and a fresh one per layer page-faults in a Dask worker)."""
+    n_in, n_out = len(lp.needed), len(lp.own)
+    y_buf = np.empty(n_in * min(chunk_rows, n_rows), np.float32)
+    z_buf = np.empty(n_out * min(chunk_rows, n_rows), np.float32)
+    alive = np.zeros(n_rows, np.bool_)
+    indptrs, indices, values = [], [], []
+    offset = 0
+    for c0 in range(0, n_rows, chunk_rows):
+        c1 = min(n_rows, c0 + chunk_rows)
+        m = c1 - c0
+        yt = y_buf[: n_in * m].reshape(n_in, m)
+        yt.fill(0.0)
+        for (s, put), pos in zip(live, row_pos, strict=True):
+            lo, hi = np.searchsorted(pos, (c0, c1))
+            v = s.values
+            _scatter_rows_t(v.indptr, v.indices, v.data, pos, put, lo, hi, c0, yt)
+        zt = z_buf[: n_out * m].reshape(n_out, m)
+        chunk_alive, nnz = dense_step(yt, lp.wt.indptr, lp.wt.indices, lp.wt.data, lp.bias,
+                                      ymax, zt, _ROW_TILE, lp.order)
+        op, oi, ox = _dense_t_to_csr(zt, chunk_alive, nnz)
+        alive[c0:c1] = chunk_alive
+        indptrs.append(op[1:] + offset)
+        indices.append(oi)
+        values.append(ox)
+        offset += nnz
+    indptr = np.concatenate([np.zeros(1, np.int64), *indptrs])
+    return indptr, np.concatenate(indices), np.concatenate(values), alive
+
+
 @dataclass
 class LayerPlan:
     """What one part needs to run one layer, and to serve the next parts.
@@ -168,6 +254,9 @@ class LayerPlan:
     take
         Destination part -> positions in the part's own level ``l-1`` slab of the
         columns that destination needs in layer ``l`` (the part itself included).
+    fetch
+        Source part -> positions in that part's level ``l-1`` slab of the columns this
+        part reads from it (``fetch[q]`` here is ``take[p]`` in part ``q``'s plan).
     """
 
     own: np.ndarray
@@ -178,6 +267,7 @@ class LayerPlan:
     bias: np.ndarray = field(repr=False)
     put: dict[int, np.ndarray] = field(repr=False)
     take: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
+    fetch: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
 
 @dataclass
@@ -191,6 +281,7 @@ class PartPlan:
     layers: list[LayerPlan] = field(repr=False)
     ymax: float
     dense_threshold: float
+    chunk_bytes: int = 1 << 20
 
     @property
     def nbytes(self) -> int:
@@ -202,6 +293,7 @@ class PartPlan:
             total += lp.own.nbytes + lp.needed.nbytes + lp.order.nbytes + lp.bias.nbytes
             total += sum(a.nbytes for a in lp.put.values())
             total += sum(a.nbytes for a in lp.take.values())
+            total += sum(a.nbytes for a in lp.fetch.values())
         return total
 
     def sources(self, layer: int) -> list[int]:
@@ -214,15 +306,24 @@ class PartPlan:
 
 
 def make_part_plans(network: Network, partition: NeuronPartition, *,
-                    dense_threshold: float) -> list[PartPlan]:
-    """Slice the network's weights and index maps for every part of ``partition``."""
+                    dense_threshold: float | None = None,
+                    chunk_bytes: int | None = None) -> list[PartPlan]:
+    """Slice the network's weights and index maps for every part of ``partition``.
+
+    ``dense_threshold`` and ``chunk_bytes`` default to ``sdnn.kernel.*``, as in
+    :func:`~sdnn_dask.kernels.forward_block`.
+    """
+    if dense_threshold is None:
+        dense_threshold = config.get("kernel.dense-threshold")
+    if chunk_bytes is None:
+        chunk_bytes = config.get("kernel.chunk-bytes")
     partition._check_network(network)
     k = partition.k
     parts = partition.parts
     owned = [[np.flatnonzero(parts[level] == p) for p in range(k)]
              for level in range(partition.n_levels)]
-    plans = [PartPlan(p, k, owned[0][p], [], float(network.ymax), float(dense_threshold))
-             for p in range(k)]
+    plans = [PartPlan(p, k, owned[0][p], [], float(network.ymax), float(dense_threshold),
+                      int(chunk_bytes)) for p in range(k)]
     for layer, wt in enumerate(network.transposed, start=1):
         prev_owner = parts[layer - 1]
         # position of every level l-1 neuron within its owner's slab
@@ -252,6 +353,7 @@ def make_part_plans(network: Network, partition: NeuronPartition, *,
                 # the columns q sends p, as positions in q's own slab (increasing, since
                 # needed is sorted and positions within an owner follow global order)
                 layer_plans[q].take[p] = prev_pos[lp.needed[positions]]
+                lp.fetch[q] = layer_plans[q].take[p]
         for p in range(k):
             plans[p].layers.append(layer_plans[p])
     return plans
@@ -270,8 +372,9 @@ def part_layer_step(plan: PartPlan, layer: int, own_prev: Slab,
     own_prev
         The part's own level ``layer - 1`` slab (all the columns it owns).
     received
-        Source part -> the piece it sent (columns in the order of ``plan.layers[layer-1]
-        .put[source]``).
+        Source part -> what it provided: its whole level ``layer - 1`` slab (a part on the
+        same worker), the piece it cut for this part, or a labelled piece it cut for
+        several parts on this worker (:func:`piece_for`).
 
     Returns
     -------
@@ -283,13 +386,17 @@ def part_layer_step(plan: PartPlan, layer: int, own_prev: Slab,
     pieces: list[tuple[Slab, np.ndarray]] = []
     if plan.part in lp.put:
         pieces.append((take_columns(own_prev, lp.take[plan.part]), lp.put[plan.part]))
-    for q, piece in received.items():
-        if piece.values.shape[1] != len(lp.put[q]):
-            raise ValueError(f"layer {layer}: part {q} sent {piece.values.shape[1]} columns "
-                             f"to part {plan.part}, which expects {len(lp.put[q])}")
-        pieces.append((piece, lp.put[q]))
+    for q, given in received.items():
+        if q not in lp.fetch:
+            raise ValueError(f"layer {layer}: part {plan.part} reads nothing from part {q}")
+        n_given = given.values.shape[1]
+        if n_given < len(lp.fetch[q]) or (given.columns is not None
+                                          and len(given.columns) != n_given):
+            raise ValueError(f"layer {layer}: part {q} provided {n_given} columns to part "
+                             f"{plan.part}, which reads {len(lp.fetch[q])} of them")
+        pieces.append((_columns_from(given, lp.fetch[q]), lp.put[q]))
     n_in, n_out = len(lp.needed), len(lp.own)
-    foreign = list(received.values())
+    foreign = [piece for piece, _ in pieces[len(pieces) - len(received):]]
     # columns_in, pieces_in, nnz_in, rows_received: what came from other parts
     stats = (n_in - len(lp.put.get(plan.part, ())), len(foreign),
              int(sum(s.values.nnz for s in foreign)), int(sum(len(s.rows) for s in foreign)))
@@ -298,28 +405,21 @@ def part_layer_step(plan: PartPlan, layer: int, own_prev: Slab,
         trace = [*own_prev.trace, (layer, "none", 0, 0, 0, time.perf_counter() - start,
                                    *stats)]
         return Slab.empty(n_out, trace)
-    rows = live[0][0].rows if len(live) == 1 else np.unique(
-        np.concatenate([s.rows for s, _ in live]))
+    rows, row_pos = _union_rows(live)
     n_rows = len(rows)
     nnz_in = sum(s.values.nnz for s, _ in live)
     ymax = np.float32(plan.ymax)
     dense = nnz_in >= plan.dense_threshold * (1.0 + _SETUP_ROWS / n_rows) * n_in * n_rows
     if dense:
-        yt = np.zeros((n_in, n_rows), np.float32)
-        for s, put in live:
-            row_pos = np.searchsorted(rows, s.rows)
-            _scatter_t(s.values.indptr, s.values.indices, s.values.data, row_pos, put, yt)
-        zt = np.empty((n_out, n_rows), np.float32)
-        alive, nnz = dense_step(yt, lp.wt.indptr, lp.wt.indices, lp.wt.data, lp.bias, ymax,
-                                zt, _ROW_TILE, lp.order)
-        op, oi, ox = _dense_t_to_csr(zt, alive, nnz)
+        op, oi, ox, alive = _dense_layer(lp, live, row_pos, n_rows, ymax,
+                                         max(1, plan.chunk_bytes // (4 * max(n_in, n_out))))
         out_rows = rows[alive]
         mode = "dense"
     else:
         row_idx, col_idx, vals = [], [], []
-        for s, put in live:
+        for (s, put), pos in zip(live, row_pos, strict=True):
             v = s.values
-            row_idx.append(np.repeat(np.searchsorted(rows, s.rows), np.diff(v.indptr)))
+            row_idx.append(np.repeat(pos, np.diff(v.indptr)))
             col_idx.append(put[v.indices])
             vals.append(v.data)
         x = sp.csr_matrix((np.concatenate(vals), (np.concatenate(row_idx),
@@ -338,8 +438,8 @@ def part_layer_step(plan: PartPlan, layer: int, own_prev: Slab,
 
 
 def forward_parts(network: Network, partition: NeuronPartition,
-                  inputs: sp.spmatrix | sp.sparray, *, dense_threshold: float = 0.05
-                  ) -> tuple[sp.csr_matrix, list[Slab]]:
+                  inputs: sp.spmatrix | sp.sparray, *, dense_threshold: float | None = None,
+                  chunk_bytes: int | None = None) -> tuple[sp.csr_matrix, list[Slab]]:
     """Model parallelism in one process: every part, layer by layer, no Dask.
 
     The executor's reference for what each part computes; also handy for debugging a
@@ -350,12 +450,13 @@ def forward_parts(network: Network, partition: NeuronPartition,
     if y.shape[1] != network.n_neurons:
         raise ValueError(f"inputs have {y.shape[1]} columns, the network has "
                          f"{network.n_neurons} neurons")
-    plans = make_part_plans(network, partition, dense_threshold=dense_threshold)
+    plans = make_part_plans(network, partition, dense_threshold=dense_threshold,
+                            chunk_bytes=chunk_bytes)
     slabs = [Slab.from_rows(y, plan.inputs) for plan in plans]
     for layer in range(1, network.n_layers + 1):
         slabs = [
             part_layer_step(plan, layer, slabs[p], {
-                q: take_columns(slabs[q], plans[q].layers[layer - 1].take[p])
+                q: piece_for(plans[q].layers[layer - 1], [p], slabs[q])
                 for q in plan.sources(layer)})
             for p, plan in enumerate(plans)
         ]

@@ -11,7 +11,7 @@ from sdnn_dask.network import Network
 from sdnn_dask.parallel import DataParallelExecutor, ModelParallelExecutor, run_serial
 from sdnn_dask.partition import NEURON_PARTITIONS, make_neuron_partition
 from sdnn_dask.radixnet import make_inputs, make_network
-from sdnn_dask.slabs import Slab, forward_parts, make_part_plans, part_layer_step, take_columns
+from sdnn_dask.slabs import Slab, forward_parts, make_part_plans, part_layer_step, piece_for
 from sdnn_dask.testing import assert_categories, assert_same_result
 
 WORKERS = 2  # the session's LocalCluster
@@ -112,19 +112,23 @@ def test_one_part_per_group_is_data_parallelism(client, executor, generated, par
 
 
 def _expected_bytes(net, partition, inputs, workers: int) -> dict[int, int]:
-    """Per layer, the bytes of the pieces whose sender and receiver are on different
-    workers, recomputed in process (independently of Dask)."""
-    plans = make_part_plans(net, partition, dense_threshold=0.05)
+    """Per layer, the bytes of what had to cross workers, recounted in process
+    (independently of Dask): each source sends each other worker one piece with the
+    columns its parts there read."""
+    plans = make_part_plans(net, partition)
     slabs = [Slab.from_rows(inputs, plan.inputs) for plan in plans]
     expected = {}
     for layer in range(1, net.n_layers + 1):
-        moved, new = 0, []
-        for p, plan in enumerate(plans):
-            pieces = {q: take_columns(slabs[q], plans[q].layers[layer - 1].take[p])
-                      for q in plan.sources(layer)}
-            moved += sum(s.nbytes for q, s in pieces.items() if q % workers != p % workers)
-            new.append(part_layer_step(plan, layer, slabs[p], pieces))
-        slabs = new
+        moved = 0
+        for q, plan in enumerate(plans):
+            by_worker: dict[int, list[int]] = {}
+            for p in plan.destinations(layer):
+                by_worker.setdefault(p % workers, []).append(p)
+            moved += sum(piece_for(plan.layers[layer - 1], parts, slabs[q]).nbytes
+                         for w, parts in by_worker.items() if w != q % workers)
+        slabs = [part_layer_step(plan, layer, slabs[p],
+                                 {q: slabs[q] for q in plan.sources(layer)})
+                 for p, plan in enumerate(plans)]
         expected[layer] = moved
     return expected
 
@@ -139,11 +143,28 @@ def test_measured_bytes_are_the_pieces_that_crossed_workers(executor, generated,
     expected = _expected_bytes(net, part, inputs, WORKERS)
     assert comm["bytes_moved"].to_dict() == expected
     assert result.bytes_moved == sum(expected.values()) > 0
-    # the receiving parts were sent exactly the predicted columns (km1 per layer)
+    # the receiving parts read exactly the predicted columns (km1 per layer)
     assert (comm["columns_in"] == comm["km1"]).all()
+    if k > WORKERS:  # parts sharing a worker are sent shared columns once
+        assert result.bytes_moved < _unshared_bytes(net, part, inputs, WORKERS)
     assert result.predicted_volume == part.volume(net)["km1"].sum()
     per_part = result.layers.groupby("layer")["bytes_in"].sum()
     assert per_part.to_dict() == expected
+
+
+def _unshared_bytes(net, partition, inputs, workers: int) -> int:
+    """Bytes crossing workers if every part were sent its own pieces (no sharing)."""
+    plans = make_part_plans(net, partition)
+    slabs = [Slab.from_rows(inputs, plan.inputs) for plan in plans]
+    total = 0
+    for layer in range(1, net.n_layers + 1):
+        pieces = [{q: piece_for(plans[q].layers[layer - 1], [p], slabs[q])
+                   for q in plan.sources(layer)} for p, plan in enumerate(plans)]
+        total += sum(s.nbytes for p, per_part in enumerate(pieces)
+                     for q, s in per_part.items() if q % workers != p % workers)
+        slabs = [part_layer_step(plan, layer, slabs[p], pieces[p])
+                 for p, plan in enumerate(plans)]
+    return total
 
 
 def test_hypergraph_moves_less_than_blocks(executor, generated, partitions):

@@ -20,6 +20,7 @@ import scipy.sparse as sp
 from distributed import Client, Future, get_worker, wait
 
 from .. import config
+from ..allocator import tune_allocator
 from ..kernels import forward_block, warm_up_kernels
 from ..network import Network, as_csr32
 from ..partition import make_row_partition
@@ -83,6 +84,7 @@ class DataParallelExecutor:
         self.network = network
         _ = network.output_order  # ship transposes and orders with the weights: built once
         self._weights: Future = client.scatter(network, broadcast=True, hash=False)
+        client.run(tune_allocator)  # see sdnn_dask.allocator: large arrays without page faults
         if warm_up:
             client.run(warm_up_kernels)
 

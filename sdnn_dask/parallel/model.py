@@ -10,7 +10,11 @@ per part ``p``::
 
 so a part receives exactly the activation columns it reads and does not own: the
 column-net hypergraph's connectivity minus one, which hypergraph partitioning minimises.
-Only rows with a nonzero in the columns sent travel, as CSR.
+Only rows with a nonzero in the columns sent travel, as CSR. Communication is between
+workers: when several parts share a worker (``k > workers``), a source sends that worker
+one piece with the union of the columns its parts read, and parts on the source's own
+worker read its slab in memory. With one part per worker that is exactly the km1 volume;
+with more, the bytes moved fall below it.
 
 The hybrid splits the input rows into ``R`` groups (a row partition, as in data
 parallelism) and runs the ``C = k`` parts of each group; group ``g``'s part ``p`` runs on
@@ -37,6 +41,7 @@ from dask.sizeof import sizeof
 from distributed import Client, Future, wait
 
 from .. import config
+from ..allocator import tune_allocator
 from ..kernels import warm_up_kernels
 from ..network import Network, as_csr32
 from ..partition import NeuronPartition, make_neuron_partition, make_row_partition
@@ -48,7 +53,7 @@ from ..slabs import (
     assemble,
     make_part_plans,
     part_layer_step,
-    take_columns,
+    piece_for,
 )
 from .transfers import transfers_of, widen_transfer_logs
 
@@ -63,9 +68,10 @@ def _sizeof_plan(plan: PartPlan) -> int:
     return plan.nbytes
 
 
-def _send(plan: PartPlan, layer: int, slab: Slab, dest: int) -> Slab:
-    """On the sender's worker: the columns of ``slab`` part ``dest`` needs in ``layer``."""
-    return take_columns(slab, plan.layers[layer - 1].take[dest])
+def _send(plan: PartPlan, layer: int, slab: Slab, destinations: list[int]) -> Slab:
+    """On the sender's worker: the columns of ``slab`` that the parts ``destinations``
+    (all on one other worker) read in ``layer``, once."""
+    return piece_for(plan.layers[layer - 1], destinations, slab)
 
 
 def _step(plan: PartPlan, layer: int, own_prev: Slab, sources: list[int], *pieces: Slab
@@ -74,7 +80,7 @@ def _step(plan: PartPlan, layer: int, own_prev: Slab, sources: list[int], *piece
     return part_layer_step(plan, layer, own_prev, dict(zip(sources, pieces, strict=True)))
 
 
-_KEY = re.compile(r"-g(\d+)-l(\d+)-(\d+)to(\d+)$")
+_KEY = re.compile(r"-g(\d+)-l(\d+)-(\d+)to(\d+)(?:\+\d+)*$")
 
 
 class ModelParallelExecutor:
@@ -106,6 +112,7 @@ class ModelParallelExecutor:
         self.network = network
         self._placed: dict[tuple, tuple[NeuronPartition, list[PartPlan], dict[int, Future],
                                         list[str]]] = {}
+        client.run(tune_allocator)  # see sdnn_dask.allocator: large arrays without page faults
         if warm_up:
             client.run(warm_up_kernels)
 
@@ -131,11 +138,13 @@ class ModelParallelExecutor:
                ) -> tuple[list[PartPlan], dict[int, Future], list[str]]:
         """Plans of every part, on the workers that run them (built and sent once)."""
         workers = sorted(self.client.nthreads())
-        threshold = float(config.get("kernel.dense-threshold"))
+        kernel = (float(config.get("kernel.dense-threshold")),
+                  int(config.get("kernel.chunk-bytes")))
         digest = hashlib.sha1(partition.parts.tobytes()).hexdigest()
-        key = (partition.method, partition.k, digest, row_groups, tuple(workers), threshold)
+        key = (partition.method, partition.k, digest, row_groups, tuple(workers), kernel)
         if key not in self._placed:
-            plans = make_part_plans(self.network, partition, dense_threshold=threshold)
+            plans = make_part_plans(self.network, partition, dense_threshold=kernel[0],
+                                    chunk_bytes=kernel[1])
             futures = {}
             for p, plan in enumerate(plans):
                 hosts = sorted({self._slot(workers, g, p, partition.k)
@@ -244,20 +253,33 @@ class ModelParallelExecutor:
         for g in range(n_groups):
             current: list[Any] = [slab_futures[g, p] for p in range(k)]
             for layer in range(1, self.network.n_layers + 1):
+                # what each source sends, once per other worker that hosts readers
+                provided: dict[tuple[int, int], Any] = {}
+                for q, plan in enumerate(plans):
+                    here = self._slot(workers, g, q, k)
+                    readers: dict[str, list[int]] = {}
+                    for p in plan.destinations(layer):
+                        readers.setdefault(self._slot(workers, g, p, k), []).append(p)
+                    for where, parts in readers.items():
+                        if where == here:  # same worker: the readers take q's slab as is
+                            for p in parts:
+                                provided[q, p] = current[q]
+                            continue
+                        name = "+".join(map(str, parts))
+                        with dask.annotate(workers=[here], allow_other_workers=False):
+                            piece = dask.delayed(_send, pure=False)(
+                                plan_futures[q], layer, current[q], parts,
+                                dask_key_name=f"send-{token}-g{g}-l{layer}-{q}to{name}")
+                        for p in parts:
+                            provided[q, p] = piece
                 nxt = []
                 for p, plan in enumerate(plans):
                     sources = plan.sources(layer)
-                    pieces = []
-                    for q in sources:
-                        with dask.annotate(workers=[self._slot(workers, g, q, k)],
-                                           allow_other_workers=False):
-                            pieces.append(dask.delayed(_send, pure=False)(
-                                plan_futures[q], layer, current[q], p,
-                                dask_key_name=f"send-{token}-g{g}-l{layer}-{q}to{p}"))
                     with dask.annotate(workers=[self._slot(workers, g, p, k)],
                                        allow_other_workers=False):
                         nxt.append(dask.delayed(_step, pure=False)(
-                            plan_futures[p], layer, current[p], sources, *pieces,
+                            plan_futures[p], layer, current[p], sources,
+                            *[provided[q, p] for q in sources],
                             dask_key_name=f"step-{token}-g{g}-l{layer}-p{p}"))
                 current = nxt
             finals += current
