@@ -2,7 +2,9 @@
 
 Subcommands: ``generate`` (network and inputs in challenge format), ``infer`` (one
 strategy), ``compare`` (the main job: serial against data parallelism, verified, recorded,
-reported) and ``report`` (re-render the report from the records).
+reported), ``report`` (re-render the report from the records) and ``cluster`` (preview a
+SLURM job script, show a cluster profile). ``infer`` and ``compare`` run data parallelism
+where ``--cluster`` says (:mod:`sdnn_dask.cluster`).
 """
 
 from __future__ import annotations
@@ -92,6 +94,16 @@ def _add_network_arguments(group: argparse._ArgumentGroup, *, with_inputs: bool)
                             + (" and the inputs" if with_inputs else ""))
     group.add_argument("--no-cache", action="store_true",
                        help="do not keep a binary cache of the parsed --data files")
+
+
+def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("model parallelism and hybrid")
+    g.add_argument("-k", "--parts", type=int, default=None,
+                   help="neuron parts (default: one per worker)")
+    g.add_argument("--row-groups", type=int, default=2,
+                   help="row groups R of the hybrid, each run by its own k parts (2)")
+    g.add_argument("--epsilon", type=float, default=0.03,
+                   help="hypergraph partitioning's imbalance bound (0.03)")
 
 
 def _add_problem_arguments(parser: argparse.ArgumentParser) -> None:
@@ -194,11 +206,70 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _cluster_client(args: argparse.Namespace, progress: Progress):
-    from .cluster import local_client
+    """A client on the ``--cluster`` (started here, or ``main``'s slurm-batch runner)."""
+    from .cluster import ClusterError, cluster_client, cluster_profile, is_address
 
-    workers = args.workers or os.cpu_count() or 1
-    with progress.step(f"starting a LocalCluster with {workers} workers (loopback)"):
-        return local_client(workers)
+    where = getattr(args, "cluster", None)
+    try:
+        if where is not None and not isinstance(where, str):  # main() started the runner
+            tls = ", TLS" if getattr(where.security, "require_encryption", False) else ""
+            with progress.step(f"waiting for the {where.n_workers} workers of this "
+                               f"allocation (slurm-batch{tls})"):
+                return cluster_client(where)
+        if is_address(where):
+            if args.workers:
+                raise ClusterError(f"--workers starts workers (local, slurm): {where} is a "
+                                   "running scheduler")
+            with progress.step(f"connecting to the scheduler at {where}"):
+                return cluster_client(where)
+        kind, options = cluster_profile(where)
+        if kind == "local":
+            workers = args.workers or options.get("n_workers") or os.cpu_count() or 1
+            message = f"starting a LocalCluster with {workers} workers (loopback)"
+        else:
+            workers = args.workers or options.get("n_workers")
+            message = (f"starting {workers} Dask workers as SLURM jobs "
+                       f"({where or kind}; scheduler here, TLS: "
+                       f"{'on' if options.get('security') is not False else 'OFF'})")
+        with progress.step(message):
+            return cluster_client(where, n_workers=workers)
+    except (ClusterError, ImportError) as error:
+        raise SystemExit(f"error: {error}") from error
+
+
+@contextlib.contextmanager
+def _batch_runner(args: argparse.Namespace) -> Iterator[None]:
+    """Under ``--cluster slurm-batch``, make this srun's tasks a Dask cluster first.
+
+    Tasks other than the client become the scheduler or a worker and exit in here, before
+    any problem is loaded; the client task goes on with ``args.cluster`` set to the runner,
+    and stops the scheduler and workers on the way out, whatever happens.
+    """
+    if args.command not in ("infer", "compare"):
+        yield
+        return
+    from .cluster import ClusterError, cluster_profile, is_address, start_slurm_runner
+
+    try:
+        kind, options = ("address", {}) if is_address(args.cluster) else cluster_profile(
+            args.cluster)
+        if kind != "slurm-batch":
+            runner = None
+        elif args.workers:
+            raise ClusterError("--workers does not apply to slurm-batch: the workers are the "
+                               "srun tasks after the first two")
+        else:
+            runner = start_slurm_runner(**options)
+    except (ClusterError, ImportError) as error:
+        raise SystemExit(f"error: {error}") from error
+    if runner is None:
+        yield
+        return
+    args.cluster = runner
+    try:
+        yield
+    finally:
+        runner.close()
 
 
 def _verify(result: RunResult, reference: RunResult, truth: np.ndarray | None
@@ -217,13 +288,30 @@ def cmd_infer(args: argparse.Namespace) -> int:
     problem = load_problem(args, progress)
     if args.strategy in ("reference", "kernel"):
         result = run_serial(problem.network, problem.inputs, args.strategy)
-    else:
+    elif args.strategy == "data":
         from .parallel import DataParallelExecutor
 
+        _check_row_partition(args.partition)
         with _cluster_client(args, progress) as client:
             executor = DataParallelExecutor(client, problem.network)
             result = executor.run(problem.inputs, partition=args.partition,
                                   n_blocks=args.blocks)
+    else:
+        from .parallel import ModelParallelExecutor
+
+        method = args.partition if args.partition in NEURON_PARTITIONS else None
+        if method is None:
+            raise SystemExit(f"error: --strategy {args.strategy} takes a neuron partition "
+                             f"{NEURON_PARTITIONS}, not {args.partition!r}")
+        row_groups = args.row_groups if args.strategy == "hybrid" else 1
+        with _cluster_client(args, progress) as client:
+            executor = ModelParallelExecutor(client, problem.network)
+            k = args.parts or executor.n_workers
+            part = _neuron_partition(problem.network, method, k, args, progress)
+            with progress.step(f"{args.strategy} parallelism: {row_groups} row group(s) x "
+                               f"{k} parts ({method})"):
+                result = executor.run(problem.inputs, partition=part, row_groups=row_groups,
+                                      seed=args.seed)
     print(f"{result.strategy}/{result.partition}: {result.n_inputs} inputs through "
           f"{result.network['name']} in {result.wall_seconds:.3f} s = "
           f"{result.edges_per_second:.4g} edges/s, {len(result.categories)} categories")
@@ -236,20 +324,49 @@ def cmd_infer(args: argparse.Namespace) -> int:
     return 0 if check.passed else 1
 
 
+def _check_row_partition(name: str) -> None:
+    if name not in ROW_PARTITIONS:
+        raise SystemExit(f"error: --strategy data takes a row partition {ROW_PARTITIONS}, "
+                         f"not {name!r}")
+
+
+def _names(value: str, allowed: Sequence[str], option: str) -> list[str]:
+    """A comma-separated list of names (``none`` or empty: no names)."""
+    names = [v.strip() for v in value.split(",") if v.strip() and v.strip() != "none"]
+    unknown = sorted(set(names) - set(allowed))
+    if unknown:
+        raise SystemExit(f"error: {option}: unknown partition(s) {unknown}; choose from "
+                         f"{', '.join(allowed)} (or none)")
+    return names
+
+
+def _neuron_partition(network: Network, method: str, k: int, args: argparse.Namespace,
+                      progress: Progress):
+    from .partition import make_neuron_partition
+
+    with progress.step(f"partitioning the neurons into {k} parts ({method})"):
+        try:
+            return make_neuron_partition(network, k, method, seed=args.seed,
+                                         epsilon=args.epsilon, cache=True)
+        except ImportError as error:
+            raise SystemExit(f"error: {error}") from error
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
-    from .parallel import DataParallelExecutor, run_serial
+    from .parallel import DataParallelExecutor, ModelParallelExecutor, run_serial
 
     progress = Progress(args.quiet)
+    partitions = _names(args.partitions, ROW_PARTITIONS, "--partitions")
+    model = _names(args.model, NEURON_PARTITIONS, "--model")
+    hybrid = _names(args.hybrid, NEURON_PARTITIONS, "--hybrid")
+    if args.row_groups < 1:
+        raise SystemExit("error: --row-groups must be at least 1")
     problem = load_problem(args, progress)
-    partitions = [p.strip() for p in args.partitions.split(",") if p.strip()]
-    unknown = sorted(set(partitions) - set(ROW_PARTITIONS))
-    if unknown:
-        raise SystemExit(f"error: unknown partition(s) {unknown}; choose from {ROW_PARTITIONS}")
     net, inputs = problem.network, problem.inputs
     progress.say(f"problem: {problem.source}: {inputs.shape[0]} inputs, {net.edges:,} edges")
     study = records.new_study_id()
     results: list[tuple[RunResult, str, str, float]] = []
-    total = (2 + len(partitions)) * args.repeat
+    total = (2 + len(partitions) + len(model) + len(hybrid)) * args.repeat
     done = 0
 
     def record(result: RunResult, reference: RunResult) -> None:
@@ -257,10 +374,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         done += 1
         check, against, diff = _verify(result, reference, problem.truth)
         results.append((result, check, against, diff))
-        progress.say(f"[{done}/{total}] {result.strategy:<9} {result.partition:<6} "
+        moved = ("" if result.bytes_moved is None
+                 else f"  {result.bytes_moved / 1e6:.1f} MB moved")
+        progress.say(f"[{done}/{total}] {result.strategy:<9} {result.partition:<10} "
                      f"{result.n_workers} workers x {result.n_blocks} blocks: "
                      f"{result.wall_seconds:8.3f} s  {result.edges_per_second:.3g} edges/s  "
-                     f"{check}")
+                     f"{check}{moved}")
 
     reference = run_serial(net, inputs, "reference")
     record(reference, reference)
@@ -271,18 +390,32 @@ def cmd_compare(args: argparse.Namespace) -> int:
     with _cluster_client(args, progress) as client:
         with progress.step("sending the weights to every worker"):
             executor = DataParallelExecutor(client, net)
+        k = args.parts or executor.n_workers
+        neuron_parts = {m: _neuron_partition(net, m, k, args, progress)
+                        for m in dict.fromkeys(model + hybrid)}
+        model_executor = None
+        if neuron_parts:
+            with progress.step("sending each part's slice of the weights to its worker"):
+                model_executor = ModelParallelExecutor(client, net)
         for _ in range(args.repeat):
             for partition in partitions:
                 result = executor.run(inputs, partition=partition, n_blocks=args.blocks,
                                       seed=args.seed)
                 record(result, reference)
+            for method in model:
+                record(model_executor.run(inputs, partition=neuron_parts[method]), reference)
+            for method in hybrid:
+                record(model_executor.run(inputs, partition=neuron_parts[method],
+                                          row_groups=args.row_groups, seed=args.seed),
+                       reference)
     frames = [records.run_records(res, study=study, check=check, check_against=against,
                                   max_abs_diff=diff) for res, check, against, diff in results]
     table = records.records_frame(frames)
     cmp = report.comparison(table)
     print()
-    print(report.to_text(cmp, ["strategy", "partition", "workers", "blocks", "seconds",
-                               "edges_per_s", "speedup", "vs_kernel", "imbalance", "check"]))
+    print(report.to_text(cmp, ["strategy", "partition", "workers", "blocks", "parts",
+                               "seconds", "edges_per_s", "speedup", "vs_kernel", "imbalance",
+                               "mb_moved", "predicted_volume", "check"]))
     if not args.no_write:
         folder: Path = args.results
         records.append_records(table, folder / records.RECORDS_FILE)
@@ -343,7 +476,36 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cluster(args: argparse.Namespace) -> int:
+    import yaml
+
+    from .cluster import ClusterError, cluster_profile, slurm_job_script
+
+    try:
+        if args.action == "job-script":
+            print(slurm_job_script(profile=args.cluster), end="")
+        else:
+            kind, options = cluster_profile(args.cluster)
+            shown = {"kind": kind, **{k.replace("_", "-"): v for k, v in options.items()}}
+            print(yaml.safe_dump(shown, sort_keys=False), end="")
+    except (ClusterError, ImportError) as error:
+        raise SystemExit(f"error: {error}") from error
+    return 0
+
+
 # --------------------------------------------------------------------------- parser
+
+
+def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cluster", default=None, metavar="WHERE",
+        help="where data parallelism runs: local (default: a loopback-only LocalCluster), "
+             "slurm (workers as SLURM jobs, TLS), slurm-batch (inside srun, see "
+             "studies/slurm-compare.sbatch), a profile of sdnn.clusters, or a running "
+             "scheduler's address (tls://host:port)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="workers to start: LocalCluster processes (default: cores) or "
+                             "SLURM workers (default: sdnn.slurm.n-workers)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -370,22 +532,35 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("infer", help="run one strategy; print the rate, PASS/FAIL with truth")
     _add_problem_arguments(p)
-    p.add_argument("--strategy", choices=("reference", "kernel", "data"), default="data")
-    p.add_argument("--partition", choices=ROW_PARTITIONS, default="block")
-    p.add_argument("--workers", type=int, default=None, help="LocalCluster workers (cores)")
+    p.add_argument("--strategy", choices=("reference", "kernel", "data", "model", "hybrid"),
+                   default="data")
+    p.add_argument("--partition", choices=tuple(dict.fromkeys(ROW_PARTITIONS
+                                                              + NEURON_PARTITIONS)),
+                   default="block", help="row partition (data) or neuron partition (model, "
+                   "hybrid); block")
+    _add_cluster_arguments(p)
     p.add_argument("--blocks", type=int, default=None, help="row blocks (one per worker)")
+    _add_model_arguments(p)
     p.add_argument("--categories-out", type=Path, default=None,
                    help="write the categories found to this file")
     p.add_argument("--quiet", "-q", action="store_true")
     p.set_defaults(func=cmd_infer)
 
-    p = sub.add_parser("compare", help="the main job: serial vs data parallelism, verified, "
-                                       "recorded and reported")
+    p = sub.add_parser("compare", help="the main job: serial vs data, model and hybrid "
+                                       "parallelism, verified, recorded and reported")
     _add_problem_arguments(p)
     p.add_argument("--partitions", default=",".join(ROW_PARTITIONS),
-                   help="row partitions to run, comma-separated (block,hash,random)")
-    p.add_argument("--workers", type=int, default=None, help="LocalCluster workers (cores)")
+                   help="row partitions of the data-parallel runs, comma-separated "
+                   f"({','.join(ROW_PARTITIONS)}; none: no data-parallel runs)")
+    p.add_argument("--model", default=",".join(NEURON_PARTITIONS),
+                   help="neuron partitions of the model-parallel runs "
+                   f"({','.join(NEURON_PARTITIONS)}; none: no model-parallel runs)")
+    p.add_argument("--hybrid", default=",".join(NEURON_PARTITIONS),
+                   help="neuron partitions of the hybrid runs (--row-groups x --parts; "
+                   "none: no hybrid runs)")
+    _add_cluster_arguments(p)
     p.add_argument("--blocks", type=int, default=None, help="row blocks (one per worker)")
+    _add_model_arguments(p)
     p.add_argument("--repeat", type=int, default=1, help="runs of each configuration")
     p.add_argument("--results", type=Path, default=Path("results"),
                    help="folder for records.csv, layers.csv, summary.md (results/)")
@@ -409,6 +584,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", "-q", action="store_true")
     p.set_defaults(func=cmd_partition)
 
+    p = sub.add_parser("cluster", help="cluster helpers: preview a SLURM job script, show a "
+                                       "cluster profile")
+    p.add_argument("action", choices=("job-script", "show"),
+                   help="job-script: print the script each SLURM worker job runs (submits "
+                        "nothing); show: print a profile's options")
+    p.add_argument("--cluster", default=None, metavar="PROFILE",
+                   help="slurm (default for job-script), local, slurm-batch or a profile of "
+                        "sdnn.clusters")
+    p.set_defaults(func=cmd_cluster)
+
     p = sub.add_parser("report", help="render the latest study's report from the records")
     p.add_argument("--results", type=Path, default=Path("results"))
     p.add_argument("--write", action="store_true",
@@ -425,8 +610,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("distributed").setLevel(logging.WARNING)
     if getattr(args, "repeat", 1) < 1:
         parser.error("--repeat must be >= 1")
+    if args.command == "cluster" and args.action == "job-script" and args.cluster is None:
+        args.cluster = "slurm"
     try:
-        return int(args.func(args) or 0)
+        with _batch_runner(args):
+            return int(args.func(args) or 0)
     except (FileNotFoundError, io.ChallengeFormatError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

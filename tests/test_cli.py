@@ -55,16 +55,48 @@ def test_compare_main_job(challenge_folder, tmp_path):
     assert proc.returncode == 0, proc.stderr + proc.stdout
     table = pd.read_csv(results / "records.csv")
     runs = table.drop_duplicates("run_id")
-    # reference x2, kernel x2, then 3 partitions x 2 repeats on 2 workers
-    assert len(runs) == 10
+    # reference x2, kernel x2, then x 2 repeats on 2 workers: 3 row partitions (data),
+    # 4 neuron partitions (model), 4 (hybrid)
+    assert len(runs) == 4 + 2 * (3 + 4 + 4)
     assert set(runs["check"]) == {"PASS"} and set(runs["check_against"]) == {"truth"}
     assert set(runs.loc[runs.strategy == "data", "partition"]) == {"block", "hash", "random"}
-    assert (results / "layers.csv").is_file() and (results / "summary.md").is_file()
+    neuron = {"block", "hash", "random", "hypergraph"}
+    for strategy in ("model", "hybrid"):
+        rows = runs[runs.strategy == strategy]
+        assert set(rows["partition"]) == neuron
+        assert (rows["parts"] == 2).all() and (rows["bytes_moved"] > 0).all()
+        assert (rows["predicted_volume"] > 0).all()
+    assert (runs.loc[runs.strategy == "hybrid", "row_groups"] == 2).all()
+    hyper = runs[(runs.strategy == "model") & (runs.partition == "hypergraph")]
+    block = runs[(runs.strategy == "model") & (runs.partition == "block")]
+    assert hyper["bytes_moved"].max() < block["bytes_moved"].min()
+    layers = pd.read_csv(results / "layers.csv")
+    model_layers = layers[layers.run_id.isin(runs.loc[runs.strategy == "model", "run_id"])]
+    assert model_layers["bytes_in"].sum() == runs.loc[runs.strategy == "model",
+                                                      "bytes_moved"].sum()
+    assert (results / "summary.md").is_file()
     summary = (results / "summary.md").read_text()
-    assert "| data | hash |" in summary
-    for word in ("strategy", "speedup", "imbalance", "PASS"):
+    assert "| data | hash |" in summary and "| model | hypergraph |" in summary
+    for word in ("strategy", "speedup", "imbalance", "mb_moved", "PASS"):
         assert word in proc.stdout
-    assert "[10/10]" in proc.stderr  # progress was shown
+    assert "[26/26]" in proc.stderr  # progress was shown
+
+
+@pytest.mark.parametrize(("strategy", "partition"), [("model", "hypergraph"), ("hybrid", "hash")])
+def test_infer_model_and_hybrid(challenge_folder, strategy, partition, capsys):
+    code = main(["infer", "--data", str(challenge_folder), "-L", "12", "--strategy", strategy,
+                 "--partition", partition, "--workers", "2", "-k", "3", "-q"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert f"{strategy}/{partition}" in out and "PASS" in out
+
+
+def test_bad_partition_names_are_clear_errors(challenge_folder, capsys):
+    with pytest.raises(SystemExit, match="--model: unknown partition"):
+        main(["compare", "--data", str(challenge_folder), "-L", "12", "--model", "metis"])
+    with pytest.raises(SystemExit, match="takes a row partition"):
+        main(["infer", "--data", str(challenge_folder), "-L", "12", "--strategy", "data",
+              "--partition", "hypergraph"])
 
 
 def test_bad_data_is_a_clear_error(tmp_path, capsys):
