@@ -322,14 +322,17 @@ def make_part_plans(network: Network, partition: NeuronPartition, *,
     parts = partition.parts
     owned = [[np.flatnonzero(parts[level] == p) for p in range(k)]
              for level in range(partition.n_levels)]
+    # position of every neuron of a level within its owner's slab
+    position = np.empty(parts.shape, np.int64)
+    for level, parts_owned in enumerate(owned):
+        for ids in parts_owned:
+            position[level, ids] = np.arange(len(ids))
     plans = [PartPlan(p, k, owned[0][p], [], float(network.ymax), float(dense_threshold),
                       int(chunk_bytes)) for p in range(k)]
     for layer, wt in enumerate(network.transposed, start=1):
         prev_owner = parts[layer - 1]
-        # position of every level l-1 neuron within its owner's slab
-        prev_pos = np.empty(network.n_neurons, np.int64)
-        for q in range(k):
-            prev_pos[owned[layer - 1][q]] = np.arange(len(owned[layer - 1][q]))
+        prev_pos = position[layer - 1]
+        order = network.output_order[layer - 1]
         layer_plans = []
         for p in range(k):
             own = owned[layer][p]
@@ -337,16 +340,13 @@ def make_part_plans(network: Network, partition: NeuronPartition, *,
             needed = np.unique(wt_own.indices).astype(np.int64)
             wt_sub = as_csr32(wt_own[:, needed])
             w_sub = as_csr32(wt_sub.T)
-            first = np.full(len(own), -1, np.int64)
-            last = np.full(len(own), -1, np.int64)
-            nonempty = np.diff(wt_sub.indptr) > 0
-            first[nonempty] = wt_sub.indices[wt_sub.indptr[:-1][nonempty]]
-            last[nonempty] = wt_sub.indices[wt_sub.indptr[1:][nonempty] - 1]
             source = prev_owner[needed]
             put = {int(q): np.flatnonzero(source == q) for q in np.unique(source)}
+            # the network's dense-step order restricted to the owned neurons, renumbered
+            # (local input ids follow global ones, so the grouping it makes still holds)
+            in_order = order[parts[layer][order] == p]
             layer_plans.append(LayerPlan(
-                own=own, needed=needed, w=w_sub, wt=wt_sub,
-                order=np.lexsort((last, first)).astype(np.int64),
+                own=own, needed=needed, w=w_sub, wt=wt_sub, order=position[layer][in_order],
                 bias=np.ascontiguousarray(network.bias[own]), put=put))
         for p, lp in enumerate(layer_plans):
             for q, positions in lp.put.items():
