@@ -621,6 +621,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; nothing was written for unfinished runs", file=sys.stderr)
         return 130
+    except RuntimeError as error:
+        from .parallel.faults import WorkerLostError  # loaded already if this is one
+
+        if not isinstance(error, WorkerLostError):
+            raise
+        # compare writes its records only after every run: none were written
+        print(f"error: {error}", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":  # pragma: no cover

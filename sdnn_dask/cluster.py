@@ -773,8 +773,10 @@ def connect(address: str, *, security: Security | None = None,
         raise ClusterError(f"{address} uses TLS, and this client has no credentials: set "
                            "distributed.comm.tls.ca-file, .client.cert and .client.key in the "
                            "Dask config, or pass security=")
+    # Client(timeout=None) is an error: leave it out to get the config's default
+    options = {} if timeout is None else {"timeout": timeout}
     try:
-        return Client(address, security=security, timeout=timeout, set_as_default=False)
+        return Client(address, security=security, set_as_default=False, **options)
     except (OSError, TimeoutError) as error:
         hint = (" (the scheduler may require TLS, or other credentials than these)"
                 if address.startswith(("tls://", "tcp://")) else "")

@@ -1,4 +1,5 @@
-"""Data parallelism on a real SLURM: workers as SLURM jobs, and the batch script.
+"""Data, model and hybrid parallelism on a real SLURM: workers as SLURM jobs, and the
+batch script.
 
 Needs a running SLURM whose jobs can run this interpreter (``.ci/slurm-up`` starts a
 single-node one, as root, on Debian); skips with the reason otherwise. Every job these tests
@@ -21,7 +22,7 @@ from distributed import Security
 
 from sdnn_dask.cluster import ClusterError, cluster_client, connect
 from sdnn_dask.images import make_inputs
-from sdnn_dask.parallel import DataParallelExecutor
+from sdnn_dask.parallel import DataParallelExecutor, ModelParallelExecutor
 from sdnn_dask.parallel.serial import run_serial
 from sdnn_dask.radixnet import make_network
 from sdnn_dask.testing import assert_same_result
@@ -156,6 +157,25 @@ def test_data_parallel_inference_on_slurm_workers(slurm):
     assert result.n_workers == 2
     # every block ran on a SLURM worker, and both workers had blocks
     assert set(result.blocks["worker"]) == set(client.nthreads())
+
+
+def test_model_parallel_inference_on_slurm_workers(slurm):
+    """Model parallelism (k = 2) and the hybrid (2 row groups x 2 parts) on the two jobs:
+    right, with activations really crossing between the jobs (over TLS)."""
+    client, _, _, _ = slurm
+    network = make_network(1024, 12, seed=2)
+    inputs = make_inputs(1000, 1024, seed=2)
+    reference = run_serial(network, inputs, "kernel")  # the parts' summation order
+    executor = ModelParallelExecutor(client, network)
+    workers = set(client.nthreads())
+    for row_groups, strategy in [(1, "model"), (2, "hybrid")]:
+        result = executor.run(inputs, partition="hash", k=2, row_groups=row_groups)
+        assert_same_result(result, reference)
+        assert result.strategy == strategy and result.row_groups == row_groups
+        assert result.n_workers == 2 and len(result.blocks) == 2 * row_groups
+        # the parts ran on both SLURM workers, and Dask moved activations between them
+        assert set(result.blocks["worker"]) == workers
+        assert result.bytes_moved > 0
 
 
 def test_slurm_cluster_is_secure(slurm):

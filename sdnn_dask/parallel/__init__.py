@@ -2,6 +2,7 @@
 
 from ..result import Agreement, RunResult, compare_outputs, network_info
 from .data import DataParallelExecutor, run_block
+from .faults import WorkerLostError
 from .model import ModelParallelExecutor
 from .serial import SERIAL_METHODS, run_serial
 
@@ -14,6 +15,7 @@ __all__ = [
     "DataParallelExecutor",
     "ModelParallelExecutor",
     "RunResult",
+    "WorkerLostError",
     "compare_outputs",
     "network_info",
     "run_block",

@@ -6,11 +6,18 @@ workers, then maps the kernel over them: each block runs through all layers on o
 with no communication between layers, and only its surviving rows come back. The result
 is put back into the original row order, so the partition changes where the work runs,
 never the answer.
+
+A worker that dies mid-run does not change the answer either: the blocks it held were
+scattered, which Dask cannot recompute, so their tasks are cancelled; the executor sends
+those blocks again (and the weights, if no copy is left) and reruns only them, up to
+:data:`RETRIES` times, inside the timed run. Only if that fails does the run raise
+:exc:`~sdnn_dask.parallel.faults.WorkerLostError`.
 """
 
 from __future__ import annotations
 
 import time
+from concurrent.futures import CancelledError
 from typing import Any
 
 import dask.array as da
@@ -25,6 +32,10 @@ from ..kernels import forward_block, warm_up_kernels
 from ..network import Network, as_csr32
 from ..partition import make_row_partition
 from ..result import RunResult, network_info
+from .faults import WorkerLostError, connected, prepare_workers
+
+#: Times a run sends again the blocks a dead worker took with it, and reruns them.
+RETRIES = 3
 
 
 def run_block(network: Network, block: Any, block_id: int) -> dict[str, Any]:
@@ -84,9 +95,10 @@ class DataParallelExecutor:
         self.network = network
         _ = network.output_order  # ship transposes and orders with the weights: built once
         self._weights: Future = client.scatter(network, broadcast=True, hash=False)
-        client.run(tune_allocator)  # see sdnn_dask.allocator: large arrays without page faults
-        if warm_up:
-            client.run(warm_up_kernels)
+        # see sdnn_dask.allocator: large arrays without page faults
+        self._setup = [tune_allocator, warm_up_kernels] if warm_up else [tune_allocator]
+        self._ready: set[str] = set()  # workers set up (a restarted worker comes back blank)
+        prepare_workers(client, self._ready, self._setup)
 
     @property
     def n_workers(self) -> int:
@@ -134,10 +146,12 @@ class DataParallelExecutor:
             n_blocks = self.n_workers * int(config.get("data-parallel.blocks-per-worker"))
         part = make_row_partition(partition, y.shape[0], n_blocks, seed=seed, nbuckets=nbuckets)
         row_ids = part.blocks()
+        self._prepare()
         # Place the blocks (round-robin over the workers) before the clock starts.
-        futures = self.client.scatter([y[ids] for ids in row_ids], hash=False)
+        blocks = [y[ids] for ids in row_ids]
+        futures = self.client.scatter(blocks, hash=False)
         self._wait(futures)
-        results, wall = self._map(futures)
+        results, wall = self._map(futures, blocks)
         params = {"seed": seed} if partition == "random" else {}
         if partition == "hash":
             params["nbuckets"] = nbuckets
@@ -153,6 +167,7 @@ class DataParallelExecutor:
         self._check_width(inputs.shape)
         if len(inputs.chunks[1]) != 1:
             inputs = inputs.rechunk({1: -1})  # a block needs whole rows
+        self._prepare()
         futures = self.client.compute(list(inputs.to_delayed()[:, 0]))
         self._wait(futures)
         sizes = inputs.chunks[0]
@@ -165,14 +180,52 @@ class DataParallelExecutor:
         with self.client.as_current():  # wait() looks up the current client
             wait(futures)
 
-    def _map(self, block_futures: list[Future]) -> tuple[list[dict[str, Any]], float]:
+    def _prepare(self) -> None:
+        """Before the clock: set up workers that joined since (e.g. restarted by their
+        nanny), and scatter the weights again if every copy died with its worker."""
+        prepare_workers(self.client, self._ready, self._setup)
+        if self._weights.cancelled():
+            self._weights = self.client.scatter(self.network, broadcast=True, hash=False)
+
+    def _map(self, block_futures: list[Future], blocks: list[Any] | None = None
+             ) -> tuple[list[dict[str, Any]], float]:
+        """Run every block and gather the results, timed.
+
+        ``blocks`` are the data scattered as ``block_futures``: blocks lost with a worker
+        are sent again from them. Without them (dask array chunks, which Dask recomputes
+        itself) a lost block raises :exc:`WorkerLostError`.
+        """
         start = time.perf_counter()
-        tasks = [
-            self.client.submit(run_block, self._weights, block, b, pure=False)
-            for b, block in enumerate(block_futures)
-        ]
-        results = self.client.gather(tasks)
-        return results, time.perf_counter() - start
+        workers = connected(self.client)
+        block_futures = list(block_futures)
+        tasks = [self._submit(block, b) for b, block in enumerate(block_futures)]
+        retries = 0
+        while True:
+            try:
+                results = self.client.gather(tasks)
+                return results, time.perf_counter() - start
+            except CancelledError as error:
+                # Scattered data that died with its worker is forgotten by the scheduler,
+                # and the tasks that need it are cancelled: send it again, rerun those.
+                # (The cancellations may arrive in several messages: retry what is known.)
+                redo = [b for b, (task, block) in enumerate(zip(tasks, block_futures,
+                                                                strict=True))
+                        if task.cancelled() or block.cancelled()]
+                if blocks is None or not redo or retries == RETRIES:
+                    raise WorkerLostError(self.strategy, workers - connected(self.client),
+                                          f" (blocks {redo} lost, after {retries} retries)"
+                                          ) from error
+                retries += 1
+                if self._weights.cancelled():  # every copy died
+                    self._weights = self.client.scatter(self.network, broadcast=True,
+                                                        hash=False)
+                again = self.client.scatter([blocks[b] for b in redo], hash=False)
+                for b, block in zip(redo, again, strict=True):
+                    self.client.cancel(tasks[b])
+                    block_futures[b], tasks[b] = block, self._submit(block, b)
+
+    def _submit(self, block: Future, block_id: int) -> Future:
+        return self.client.submit(run_block, self._weights, block, block_id, pure=False)
 
     def _assemble(
         self,

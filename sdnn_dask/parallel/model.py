@@ -20,6 +20,11 @@ The hybrid splits the input rows into ``R`` groups (a row partition, as in data
 parallelism) and runs the ``C = k`` parts of each group; group ``g``'s part ``p`` runs on
 worker ``(g * C + p) % workers``. ``R = 1`` is model parallelism, ``C = 1`` data parallelism.
 
+If a worker a run is placed on dies, its pinned tasks can never run elsewhere, and the
+slices and slabs scattered to it cannot be recomputed: the run is cancelled and raises
+:exc:`~sdnn_dask.parallel.faults.WorkerLostError` within about a second, and the next run
+places the plans again on the workers connected then.
+
 Every task of a run carries the run's token in its key; the bytes the workers fetched are
 then read from Dask's transfer logs (:mod:`.transfers`) and reported per layer next to the
 partition's predicted volume.
@@ -55,6 +60,7 @@ from ..slabs import (
     part_layer_step,
     piece_for,
 )
+from .faults import WorkerLostError, gather_pinned, prepare_workers
 from .transfers import transfers_of, widen_transfer_logs
 
 
@@ -112,9 +118,10 @@ class ModelParallelExecutor:
         self.network = network
         self._placed: dict[tuple, tuple[NeuronPartition, list[PartPlan], dict[int, Future],
                                         list[str]]] = {}
-        client.run(tune_allocator)  # see sdnn_dask.allocator: large arrays without page faults
-        if warm_up:
-            client.run(warm_up_kernels)
+        # see sdnn_dask.allocator: large arrays without page faults
+        self._setup = [tune_allocator, warm_up_kernels] if warm_up else [tune_allocator]
+        self._ready: set[str] = set()  # workers set up (a restarted worker comes back blank)
+        prepare_workers(client, self._ready, self._setup)
 
     @property
     def n_workers(self) -> int:
@@ -137,6 +144,7 @@ class ModelParallelExecutor:
     def _place(self, partition: NeuronPartition, row_groups: int
                ) -> tuple[list[PartPlan], dict[int, Future], list[str]]:
         """Plans of every part, on the workers that run them (built and sent once)."""
+        prepare_workers(self.client, self._ready, self._setup)
         workers = sorted(self.client.nthreads())
         kernel = (float(config.get("kernel.dense-threshold")),
                   int(config.get("kernel.chunk-bytes")))
@@ -228,9 +236,17 @@ class ModelParallelExecutor:
         widen_transfer_logs(self.client)
         graph = self._graph(plans, plan_futures, slab_futures, workers, len(groups), token)
 
+        used = {self._slot(workers, g, p, k) for g in range(len(groups)) for p in range(k)}
+        strategy = "model" if row_groups == 1 else "hybrid"
+
         start = time.perf_counter()
         futures = self.client.compute(graph, optimize_graph=False)
-        finals = self.client.gather(futures)
+        try:
+            # not client.gather: a task pinned to a dead worker would wait forever
+            finals = gather_pinned(self.client, futures, used, strategy=strategy)
+        except WorkerLostError:
+            self._placed = {}  # plans died with the worker: place them again next run
+            raise
         wall = time.perf_counter() - start
 
         output = sp.csr_matrix((y.shape[0], n), dtype=np.float32)

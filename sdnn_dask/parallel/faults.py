@@ -1,0 +1,94 @@
+"""Workers that die mid-run: a clear error instead of Dask's cancellations, or a hang.
+
+Data a client *scatters* has no recipe, so Dask cannot recompute it: when the only worker
+holding a scattered input block, weight slice or slab dies, the scheduler forgets it and
+cancels every task that depends on it (:class:`distributed.client.FutureCancelledError`,
+"already forgotten"). And a task pinned to a worker (``allow_other_workers=False``) can
+never run once that worker's address is gone; a nanny restarts a killed worker under a new
+address. :func:`gather_pinned` turns both into a :exc:`WorkerLostError` within a bounded
+time; the data-parallel executor instead sends lost blocks again and retries (its tasks are
+not pinned).
+
+:func:`prepare_workers` readies workers the executors have not seen yet, such as a worker
+its nanny restarted blank, before anything is timed on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from concurrent.futures import CancelledError
+from typing import Any
+
+from distributed import Client, Future, wait
+
+#: Seconds between checks that the workers a pinned run is placed on are still connected.
+POLL_SECONDS = 1.0
+
+
+class WorkerLostError(RuntimeError):
+    """A worker died during a run, which was cancelled: nothing of it was returned.
+
+    Attributes
+    ----------
+    strategy
+        ``"data"``, ``"model"`` or ``"hybrid"``.
+    lost
+        Addresses of the run's workers no longer connected (may be empty when the worker
+        came back under the same address: then only the lost data tells).
+    """
+
+    def __init__(self, strategy: str, lost: Iterable[str], detail: str = ""):
+        self.strategy = strategy
+        self.lost = sorted(lost)
+        who = (f"worker {', '.join(self.lost)}" if self.lost
+               else "a worker holding part of its data")
+        super().__init__(
+            f"{strategy} run aborted: {who} died mid-run{detail}. Its tasks were cancelled and "
+            "nothing was returned or recorded; run it again (the executor places its data on "
+            "the workers connected then)"
+        )
+
+
+def connected(client: Client) -> set[str]:
+    """Addresses of the workers connected now."""
+    return set(client.nthreads())
+
+
+def gather_pinned(client: Client, futures: list[Future], workers: Iterable[str], *,
+                  strategy: str, poll: float = POLL_SECONDS) -> list[Any]:
+    """Gather the results of a run whose tasks are pinned to ``workers``.
+
+    Waits for the futures, checking every ``poll`` seconds that each of ``workers`` is
+    still connected: if one left, or a future was cancelled because data it needs died
+    with a worker, the run's futures are cancelled and :exc:`WorkerLostError` is raised.
+    Errors raised by the tasks themselves propagate unchanged.
+    """
+    workers = set(workers)
+    while True:
+        try:
+            with client.as_current():  # wait() looks up the current client
+                wait(futures, timeout=poll)
+        except (TimeoutError, asyncio.TimeoutError):
+            pass
+        except CancelledError:  # every future is done, some were cancelled
+            pass
+        lost = workers - connected(client)
+        if lost or any(f.cancelled() for f in futures):
+            client.cancel(futures)
+            raise WorkerLostError(strategy, lost)
+        if all(f.done() for f in futures):
+            try:
+                return client.gather(futures)
+            except CancelledError as error:  # a worker died after its results were done
+                raise WorkerLostError(strategy, workers - connected(client)) from error
+
+
+def prepare_workers(client: Client, ready: set[str], setup: list[Callable[[], Any]]) -> None:
+    """Run every function of ``setup`` on the connected workers not in ``ready`` (and add
+    them): a worker restarted by its nanny comes back with none of it done."""
+    new = sorted(connected(client) - ready)
+    if new:
+        for function in setup:
+            client.run(function, workers=new)
+        ready.update(new)

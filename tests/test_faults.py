@@ -1,0 +1,203 @@
+"""A worker killed mid-run (SIGKILL of its process, for real) on a LocalCluster of its own.
+
+What happens, per strategy (see README, Faults):
+
+- data: the blocks the dead worker held were scattered, so Dask cannot recompute them and
+  cancels their tasks (``FutureCancelledError``, "already forgotten"); the executor sends
+  them again and reruns them: the run still equals the serial reference.
+- model and hybrid: the tasks are pinned to the dead worker's address, which its nanny
+  does not bring back; the run raises ``WorkerLostError`` at once, and the next run on the
+  same executor places its plans on the workers connected then and is right. (Why it
+  polls: Dask keeps a pinned task whose worker died waiting for ever, without an error.)
+- compare: a run that raises leaves ``results/`` exactly as it was.
+
+Each test checks that the kill really landed mid-run (and fails loudly otherwise): the
+victim was running one of the run's tasks when it was killed, and afterwards is no longer
+connected while its nanny's new worker is.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+from distributed import wait
+
+from sdnn_dask.cli import main
+from sdnn_dask.cluster import local_client
+from sdnn_dask.parallel import (
+    DataParallelExecutor,
+    ModelParallelExecutor,
+    WorkerLostError,
+    run_serial,
+)
+from sdnn_dask.parallel.faults import gather_pinned
+from sdnn_dask.radixnet import make_inputs, make_network
+from sdnn_dask.testing import assert_same_result
+
+pytestmark = pytest.mark.timeout(240)
+
+KILL_DELAY = 0.3  # seconds between seeing the victim run a task of the run and killing it
+PROMPT = 30.0  # seconds a run may take to raise after the kill (it takes about 0.1)
+
+
+class Killer(threading.Thread):
+    """SIGKILL the process of the first worker seen running a task whose key starts with
+    ``prefix``, ``delay`` seconds after seeing it (watching the scheduler from a thread)."""
+
+    def __init__(self, client, prefix: str, delay: float = KILL_DELAY, timeout: float = 120):
+        super().__init__(daemon=True)
+        self.client, self.prefix, self.delay, self.timeout = client, prefix, delay, timeout
+        self.pids: dict[str, int] = client.run(os.getpid)
+        self.victim: str | None = None
+        self.killed_at: float | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            deadline = time.monotonic() + self.timeout
+            while time.monotonic() < deadline and self.victim is None:
+                for address, keys in self.client.processing().items():
+                    if address in self.pids and any(str(k).startswith(self.prefix)
+                                                    for k in keys):
+                        time.sleep(self.delay)
+                        os.kill(self.pids[address], signal.SIGKILL)
+                        self.victim, self.killed_at = address, time.monotonic()
+                        return
+                time.sleep(0.01)
+        except BaseException as error:  # reported by check()
+            self.error = error
+
+    def check(self, ended_at: float) -> str:
+        """Join; assert the kill happened before ``ended_at`` and the nanny replaced the
+        worker (new address, new process). Returns the victim's address."""
+        self.join(timeout=self.timeout)
+        assert self.error is None, f"the killer thread failed: {self.error!r}"
+        assert self.victim is not None, (
+            f"no worker was killed: no {self.prefix}* task was seen running (run too short?)")
+        assert self.killed_at < ended_at, "the worker was killed after the run had ended"
+        deadline = time.monotonic() + 60
+        while True:  # the scheduler drops the victim, its nanny starts a new worker
+            workers = set(self.client.nthreads())
+            if self.victim not in workers and len(workers) == len(self.pids):
+                break
+            assert time.monotonic() < deadline, (
+                f"60 s after the kill the workers are {sorted(workers)}; expected "
+                f"{len(self.pids)}, without {self.victim}")
+            time.sleep(0.1)
+        pids = self.client.run(os.getpid)
+        assert self.victim not in pids and self.pids[self.victim] not in pids.values()
+        return self.victim
+
+
+@pytest.fixture(scope="module")
+def network():
+    return make_network(1024, 120, seed=0)
+
+
+@pytest.fixture(scope="module")
+def data_problem(network):
+    inputs = make_inputs(30000, 1024, seed=0)  # ~2 s a block here: the kill lands inside
+    return inputs, run_serial(network, inputs, "kernel")
+
+
+@pytest.fixture(scope="module")
+def model_problem(network):
+    inputs = make_inputs(6000, 1024, seed=1)  # ~3-7 s a run here
+    return inputs, run_serial(network, inputs, "kernel")
+
+
+@pytest.fixture
+def cluster():
+    """Two single-threaded worker processes with nannies: a killed worker is restarted,
+    under a new address."""
+    with local_client(2) as client:
+        yield client
+
+
+def test_data_parallel_survives_a_killed_worker(cluster, network, data_problem):
+    inputs, reference = data_problem
+    executor = DataParallelExecutor(cluster, network)
+    killer = Killer(cluster, "run_block")
+    killer.start()
+    result = executor.run(inputs, partition="hash")
+    victim = killer.check(time.monotonic())
+    assert_same_result(result, reference)
+    # the victim ran a block when it died; that block was sent again and ran elsewhere
+    assert victim not in set(result.blocks["worker"])
+    assert len(result.blocks) == 2 and result.blocks["rows"].sum() == inputs.shape[0]
+    # the next run uses the restarted worker too (weights, allocator and kernels set up)
+    again = executor.run(inputs, partition="block")
+    assert_same_result(again, reference)
+    assert set(again.blocks["worker"]) == set(cluster.nthreads())
+
+
+@pytest.mark.parametrize("row_groups", [1, 2], ids=["model", "hybrid"])
+def test_model_parallel_raises_on_a_killed_worker_then_recovers(cluster, network,
+                                                                model_problem, row_groups):
+    inputs, reference = model_problem
+    strategy = "model" if row_groups == 1 else "hybrid"
+    executor = ModelParallelExecutor(cluster, network)
+    killer = Killer(cluster, "step-")
+    killer.start()
+    with pytest.raises(WorkerLostError, match=f"{strategy} run aborted: worker .* died "
+                                              "mid-run.*run it again") as raised:
+        executor.run(inputs, partition="hash", k=2, row_groups=row_groups)
+    raised_at = time.monotonic()
+    victim = killer.check(raised_at)
+    assert raised.value.strategy == strategy and raised.value.lost == [victim]
+    assert raised_at - killer.killed_at < PROMPT, "the run did not fail promptly"
+    # the same executor places its plans again, on the workers connected now
+    result = executor.run(inputs, partition="hash", k=2, row_groups=row_groups)
+    assert_same_result(result, reference)
+    assert result.strategy == strategy and result.bytes_moved > 0
+    assert set(result.blocks["worker"]) == set(cluster.nthreads())
+
+
+def _pinned_task(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+def test_a_task_pinned_to_a_dead_worker_waits_forever_unless_guarded(cluster):
+    """Why model runs poll their workers: Dask keeps a pinned task whose worker died (and
+    came back under another address) waiting, with no error, for ever."""
+    victim = sorted(cluster.nthreads())[0]
+    future = cluster.submit(_pinned_task, 20, workers=[victim], allow_other_workers=False,
+                            pure=False)
+    killer = Killer(cluster, "_pinned_task")
+    killer.start()
+    assert killer.check(time.monotonic() + 20) == victim
+    with cluster.as_current(), pytest.raises(TimeoutError):
+        wait([future], timeout=3)  # nothing it needs was lost: it just waits
+    assert future.status == "pending"
+    start = time.monotonic()
+    with pytest.raises(WorkerLostError, match=f"model run aborted: worker {victim} died"):
+        gather_pinned(cluster, [future], [victim], strategy="model")
+    assert time.monotonic() - start < PROMPT
+    assert future.cancelled()
+
+
+def test_compare_leaves_results_untouched_when_a_run_fails(cluster, tmp_path, capsys):
+    """``sdnn-dask compare`` on the cluster; a worker killed during its model run."""
+    results = tmp_path / "results"
+    results.mkdir()
+    old = {"records.csv": "study,run_id\nold,1\n", "layers.csv": "study,run_id\nold,1\n",
+           "summary.md": "# the previous study\n"}
+    for name, text in old.items():
+        (results / name).write_text(text)
+    killer = Killer(cluster, "step-")
+    killer.start()
+    code = main(["compare", "-N", "1024", "-L", "120", "-n", "6000", "--seed", "1",
+                 "--partitions", "none", "--model", "hash", "--hybrid", "none",
+                 "--cluster", cluster.scheduler.address, "--results", str(results), "-q"])
+    killer.check(time.monotonic())
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert "error: model run aborted" in err and "nothing was returned or recorded" in err
+    # every file as it was, nothing new (no plot, no temporary files)
+    assert sorted(p.name for p in results.iterdir()) == sorted(old)
+    assert {name: (results / name).read_text() for name in old} == old
