@@ -127,3 +127,29 @@ def test_serial_kernel_equals_reference(generated):
     result = run_serial(net, inputs, "kernel")
     assert_same_result(result, reference)
     assert np.isfinite(result.edges_per_second)
+
+
+def test_weights_stay_on_every_worker_for_the_timed_run(client, generated):
+    """Dask's memory manager drops broadcast replicas no task waits for (every 2 s); the
+    executor copies them back before the clock, so no run fetches weights."""
+    import time
+
+    import dask
+
+    from sdnn_dask.parallel.transfers import transfers_of
+
+    if not dask.config.get("distributed.scheduler.active-memory-manager.start"):
+        pytest.skip("Dask's active memory manager is off here")
+    net, inputs, reference = generated
+    executor = DataParallelExecutor(client, net)
+    weights = executor._weights
+    deadline = time.time() + 20
+    while len(client.who_has([weights])[weights.key]) > 1 and time.time() < deadline:
+        time.sleep(0.5)
+    assert len(client.who_has([weights])[weights.key]) == 1  # Dask dropped the replicas
+    start = time.time()
+    result = executor.run(inputs, partition="hash", n_blocks=2)
+    assert_same_result(result, reference)
+    assert result.blocks["worker"].nunique() == 2
+    fetched = transfers_of(client, weights.key)
+    assert fetched[fetched["start"] >= start].empty  # copied back before the clock

@@ -1,7 +1,8 @@
 """Data parallelism: blocks of input rows, every worker holding all the weights.
 
-The weights go to every worker once (``scatter(..., broadcast=True)``) and stay there for
-every later run. A run splits the rows by a row partition, places the blocks on the
+The weights go to every worker once (``scatter(..., broadcast=True)``) and are kept
+there for every later run (:func:`~.placement.keep_on` restores replicas Dask's memory
+manager dropped, before the clock starts). A run splits the rows by a row partition, places the blocks on the
 workers, then maps the kernel over them: each block runs through all layers on one worker
 with no communication between layers, and only its surviving rows come back. The result
 is put back into the original row order, so the partition changes where the work runs,
@@ -33,6 +34,7 @@ from ..network import Network, as_csr32
 from ..partition import make_row_partition
 from ..result import RunResult, network_info
 from .faults import WorkerLostError, connected, prepare_workers
+from .placement import keep_on
 
 #: Times a run sends again the blocks a dead worker took with it, and reruns them.
 RETRIES = 3
@@ -182,10 +184,12 @@ class DataParallelExecutor:
 
     def _prepare(self) -> None:
         """Before the clock: set up workers that joined since (e.g. restarted by their
-        nanny), and scatter the weights again if every copy died with its worker."""
+        nanny), scatter the weights again if every copy died with its worker, and copy
+        them back to workers whose replica Dask's memory manager dropped."""
         prepare_workers(self.client, self._ready, self._setup)
         if self._weights.cancelled():
             self._weights = self.client.scatter(self.network, broadcast=True, hash=False)
+        keep_on(self.client, self._weights, self.client.nthreads())
 
     def _map(self, block_futures: list[Future], blocks: list[Any] | None = None
              ) -> tuple[list[dict[str, Any]], float]:

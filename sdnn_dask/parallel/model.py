@@ -61,6 +61,7 @@ from ..slabs import (
     piece_for,
 )
 from .faults import WorkerLostError, gather_pinned, prepare_workers
+from .placement import keep_on
 from .transfers import transfers_of, widen_transfer_logs
 
 
@@ -163,6 +164,9 @@ class ModelParallelExecutor:
             # one partition's plans at a time: a new one releases the old from the workers
             self._placed = {key: (partition, plans, futures, workers)}
         _, plans, futures, workers = self._placed[key]
+        for p, future in futures.items():  # a part shared by row groups: a copy per host
+            keep_on(self.client, future, {self._slot(workers, g, p, partition.k)
+                                          for g in range(row_groups)})
         return plans, futures, workers
 
     @staticmethod

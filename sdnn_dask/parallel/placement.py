@@ -1,0 +1,46 @@
+"""Keeping the data a run relies on where its tasks run, before the clock starts.
+
+Dask's active memory manager (on by default) drops the extra replicas of any key no task
+is waiting for, every 2 seconds: weights broadcast to every worker at set-up are down to
+one copy by the next run, and the first task on every other worker would then fetch them
+inside the timed run (measured: 0.16-0.37 s of 0.5-0.9 s data-parallel runs). Executors
+call :func:`keep_on` before each run; during the run the waiting tasks keep the replicas
+(the manager never drops a copy a processing task needs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from dask.sizeof import sizeof
+from distributed import Client, Future
+
+from ..network import Network
+
+
+@sizeof.register(Network)
+def _sizeof_network(network: Network) -> int:  # Dask's memory accounting (was ~56 bytes)
+    matrices = list(network.layers) + list(network._transposed or [])
+    total = sum(m.data.nbytes + m.indices.nbytes + m.indptr.nbytes for m in matrices)
+    total += sum(o.nbytes for o in network._output_order or [])
+    return int(total + network.bias.nbytes)
+
+
+def keep_on(client: Client, future: Future, workers: Iterable[str]) -> int:
+    """Copy ``future``'s data to those of ``workers`` that lack it; returns how many did.
+
+    Raises
+    ------
+    RuntimeError
+        If a worker still lacks it afterwards.
+    """
+    workers = sorted(set(workers))
+    held = set(client.who_has([future]).get(future.key, ()))
+    missing = [w for w in workers if w not in held]
+    if missing:
+        client.replicate([future], n=len(workers), workers=workers)
+        held = set(client.who_has([future]).get(future.key, ()))
+        still = [w for w in workers if w not in held]
+        if still:
+            raise RuntimeError(f"could not copy {future.key} to workers {still}")
+    return len(missing)
