@@ -463,6 +463,53 @@ def cmd_partition(args: argparse.Namespace) -> int:
     return 0
 
 
+STUDY_MISSING = "running a study notebook needs nbclient: pip install 'sdnn_dask[study]'"
+
+
+def cmd_study(args: argparse.Namespace) -> int:
+    """Execute a study notebook top to bottom, its clusters made where ``--cluster`` says."""
+    try:
+        import nbclient
+        import nbformat
+    except ImportError as error:
+        raise SystemExit(f"error: {STUDY_MISSING}") from error
+    progress = Progress(args.quiet)
+    path: Path = args.notebook
+    if not path.is_file():
+        raise SystemExit(f"error: {path}: no such notebook")
+    if args.cluster == "slurm-batch":
+        raise SystemExit("error: a study runs its clusters from a notebook kernel; use "
+                         "--cluster slurm, or run it inside an allocation with "
+                         "--cluster <the scheduler's address>")
+    # The kernel is a new process: the notebook's cluster_client() reads these on import.
+    if args.cluster:
+        os.environ["DASK_SDNN__CLUSTER__DEFAULT"] = args.cluster
+    if args.workers:
+        os.environ["DASK_SDNN__LOCAL__N_WORKERS"] = str(args.workers)
+        os.environ["DASK_SDNN__SLURM__N_WORKERS"] = str(args.workers)
+    try:
+        notebook = nbformat.read(path, as_version=4)
+    except Exception as error:  # nbformat raises several kinds for a bad file
+        raise SystemExit(f"error: {path}: not a readable notebook ({error})") from error
+    out: Path = args.out or Path(f"{path.stem}.executed.ipynb")
+    cells = sum(c.cell_type == "code" for c in notebook.cells)
+    client = nbclient.NotebookClient(notebook, timeout=args.timeout, kernel_name="python3",
+                                     resources={"metadata": {"path": str(Path.cwd())}})
+    failed = None
+    with progress.step(f"running {path} ({cells} code cells, cluster: "
+                       f"{args.cluster or 'the default'})"):
+        try:
+            client.execute()
+        except nbclient.exceptions.CellExecutionError as error:
+            failed = error
+    write_text_atomic(out, nbformat.writes(notebook))
+    print(f"wrote {out}")
+    if failed is not None:
+        print(f"error: a cell of {path} failed:\n{failed}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     table = records.read_records(args.results)
     summary = report.summary_markdown(table)
@@ -593,6 +640,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="slurm (default for job-script), local, slurm-batch or a profile of "
                         "sdnn.clusters")
     p.set_defaults(func=cmd_cluster)
+
+    p = sub.add_parser("study", help="execute a study notebook (e.g. studies/quick_study.ipynb) "
+                                     "with its clusters where --cluster says")
+    p.add_argument("notebook", type=Path, help="the .ipynb to run")
+    _add_cluster_arguments(p)
+    p.add_argument("--out", type=Path, default=None,
+                   help="the executed notebook (default: NAME.executed.ipynb here)")
+    p.add_argument("--timeout", type=int, default=1800, help="seconds per cell (1800)")
+    p.add_argument("--quiet", "-q", action="store_true")
+    p.set_defaults(func=cmd_study)
 
     p = sub.add_parser("report", help="render the latest study's report from the records")
     p.add_argument("--results", type=Path, default=Path("results"))

@@ -625,6 +625,8 @@ def make_cluster(
     True
     >>> cluster.close()
     """
+    if where is None:  # the configured default may itself be an address
+        where = config.get("cluster.default")
     if is_address(where):
         if n_workers is not None or overrides or security is not None:
             raise ClusterError(f"{where} is a running scheduler: n_workers, security and "
@@ -721,6 +723,8 @@ def cluster_client(
     ClusterError
         The scheduler cannot be reached, or the workers do not come in time.
     """
+    if where is None:  # the configured default may itself be an address
+        where = config.get("cluster.default")
     if is_address(where):
         if n_workers is not None or overrides:
             raise ClusterError(f"{where} is a running scheduler: n_workers and cluster "

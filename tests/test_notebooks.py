@@ -1,7 +1,10 @@
-"""The notebooks in studies/ run top to bottom (they are thin drivers of the package)."""
+"""The notebooks in studies/ run top to bottom through ``sdnn-dask study`` (they are thin
+drivers of the package), on the cluster the command says."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,13 +14,35 @@ NOTEBOOKS = sorted(STUDIES.glob("*.ipynb"))
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_runs(path, tmp_path):
-    nbformat = pytest.importorskip("nbformat", reason="needs the test extra (nbformat)")
-    nbclient = pytest.importorskip("nbclient", reason="needs the test extra (nbclient)")
-    notebook = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
-                                     resources={"metadata": {"path": str(tmp_path)}})
-    client.execute()
+def test_notebook_runs_as_a_study(path, tmp_path):
+    nbformat = pytest.importorskip("nbformat", reason="needs the study extra (nbformat)")
+    pytest.importorskip("nbclient", reason="needs the study extra (nbclient)")
+    out = tmp_path / "executed.ipynb"
+    proc = subprocess.run(
+        [sys.executable, "-m", "sdnn_dask", "study", str(path), "--cluster", "local",
+         "--workers", "2", "--out", str(out)],
+        capture_output=True, text=True, timeout=1200, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    notebook = nbformat.read(out, as_version=4)
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert len(outputs) >= sum(c.cell_type == "code" for c in notebook.cells)
     assert not [o for o in outputs if o.output_type == "error"]
     assert any("PASS" in str(o.get("data", {})) for o in outputs)
+
+
+def test_a_failing_study_says_which_cell(tmp_path):
+    nbformat = pytest.importorskip("nbformat", reason="needs the study extra (nbformat)")
+    pytest.importorskip("nbclient", reason="needs the study extra (nbclient)")
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1"),
+                                               nbformat.v4.new_code_cell("1 / 0")])
+    path = tmp_path / "broken.ipynb"
+    nbformat.write(notebook, path)
+    proc = subprocess.run([sys.executable, "-m", "sdnn_dask", "study", str(path), "-q"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "ZeroDivisionError" in proc.stderr and "1 / 0" in proc.stderr
+    assert (tmp_path / "broken.executed.ipynb").is_file()  # kept, to look at
+    proc = subprocess.run([sys.executable, "-m", "sdnn_dask", "study", "missing.ipynb"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode != 0 and "missing.ipynb: no such notebook" in proc.stderr

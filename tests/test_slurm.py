@@ -200,3 +200,41 @@ def test_slurm_cluster_is_secure(slurm):
     assert len(files) == 3
     assert all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in files)
     assert "PRIVATE KEY" not in cluster.job_script()
+
+
+def test_study_runs_its_notebook_on_slurm_workers(tmp_path):
+    """``sdnn-dask study NOTEBOOK --cluster slurm``: the notebook's cluster_client() starts
+    its workers as SLURM jobs, and they are gone when it ends."""
+    nbformat = pytest.importorskip("nbformat", reason="needs the study extra (nbformat)")
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import os\n"
+        "from sdnn_dask.cluster import cluster_client\n"
+        "from sdnn_dask.parallel import DataParallelExecutor, run_serial\n"
+        "from sdnn_dask.radixnet import make_inputs, make_network\n"
+        "from sdnn_dask.testing import assert_same_result\n"
+        "net, x = make_network(1024, 6), make_inputs(300, 1024)\n"
+        "with cluster_client() as client:\n"
+        "    jobs = sorted(client.run(lambda: os.environ.get('SLURM_JOB_ID')).values())\n"
+        "    result = DataParallelExecutor(client, net).run(x, partition='hash')\n"
+        "assert_same_result(result, run_serial(net, x, 'kernel'))\n"
+        "print('JOBS', ' '.join(jobs), 'PASS')")])
+    path = tmp_path / "slurm_study.ipynb"
+    nbformat.write(notebook, path)
+    out = tmp_path / "done.ipynb"
+    proc = subprocess.run(
+        [sys.executable, "-m", "sdnn_dask", "study", str(path), "--cluster", "slurm",
+         "--workers", "1", "--out", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = "".join(o.get("text", "") for o in nbformat.read(out, as_version=4).cells[0].outputs)
+    assert "PASS" in text, text
+    jobs = text.split("JOBS", 1)[1].split("PASS")[0].split()
+    assert jobs and all(j.isdigit() for j in jobs), text  # every worker ran in a SLURM job
+    deadline = time.monotonic() + 60
+    while (left := queued(jobs)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    try:
+        assert not left, f"the study left SLURM jobs behind: {left}"
+    finally:
+        cancel_and_check_gone(jobs)

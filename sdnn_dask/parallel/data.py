@@ -2,9 +2,10 @@
 
 The weights go to every worker once (``scatter(..., broadcast=True)``) and are kept
 there for every later run (:func:`~.placement.keep_on` restores replicas Dask's memory
-manager dropped, before the clock starts). A run splits the rows by a row partition, places the blocks on the
-workers, then maps the kernel over them: each block runs through all layers on one worker
-with no communication between layers, and only its surviving rows come back. The result
+manager dropped, before the clock starts). A run splits the rows by a row partition,
+places the blocks on the workers, then maps the kernel over them: each block runs
+through all layers on one worker with no communication between layers, and only its
+surviving rows come back. The result
 is put back into the original row order, so the partition changes where the work runs,
 never the answer.
 
