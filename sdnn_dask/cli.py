@@ -426,6 +426,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
                    folder / "summary.md"]
         try:
             written.append(report.plot_comparison(table, folder / "comparison.png"))
+            all_layers = records.read_records(folder, "layers")
+            plot = report.plot_communication(table, all_layers, folder / "communication.png")
+            if plot is not None:
+                written.append(plot)
         except ImportError as error:
             progress.say(f"no plot: {error}")
         print("\nwrote " + ", ".join(str(p) for p in written))
@@ -517,6 +521,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         write_text_atomic(args.results / "summary.md", summary)
         try:
             report.plot_comparison(table, args.results / "comparison.png")
+            report.plot_communication(table, records.read_records(args.results, "layers"),
+                                      args.results / "communication.png")
         except ImportError as error:
             print(f"no plot: {error}", file=sys.stderr)
     print(summary)

@@ -164,14 +164,63 @@ def summary_markdown(records: pd.DataFrame, *, title: str = "sdnn_dask compariso
     return "\n".join(lines) + "\n"
 
 
-def plot_comparison(records: pd.DataFrame, path: str | Path) -> Path:
-    """Bar chart of edges/s per configuration of the latest study (needs the ``report`` extra).
+def communication(records: pd.DataFrame, layers: pd.DataFrame) -> pd.DataFrame:
+    """Bytes moved per layer by the model and hybrid runs of the latest study.
 
-    Raises
-    ------
-    ImportError
-        When matplotlib is missing, naming the extra to install.
+    Parameters
+    ----------
+    records, layers
+        Run records (``records.csv``) and layer records (``layers.csv``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (strategy, partition, layer): ``mb_moved``, the median over repeats of
+        the MB the run's parts received in that layer (Dask's transfer logs), and
+        ``columns_in``, the predicted columns received (km1). Empty without such runs.
     """
+    table = runs(records)
+    latest = table[table["study"].astype(str) == table["study"].astype(str).max()]
+    model = latest[latest["strategy"].isin(["model", "hybrid"])]
+    columns = ["strategy", "partition", "layer", "mb_moved", "columns_in"]
+    if model.empty or "bytes_in" not in layers:
+        return pd.DataFrame(columns=columns)
+    per_run = (layers[layers["run_id"].isin(model["run_id"])]
+               .groupby(["run_id", "layer"], as_index=False)[["bytes_in", "columns_in"]].sum()
+               .merge(model[["run_id", "strategy", "partition"]], on="run_id"))
+    out = (per_run.groupby(["strategy", "partition", "layer"], sort=False)
+           .agg(mb_moved=("bytes_in", "median"), columns_in=("columns_in", "median"))
+           .reset_index())
+    out["mb_moved"] /= 1e6
+    return out[columns]
+
+
+def plot_communication(records: pd.DataFrame, layers: pd.DataFrame,
+                       path: str | Path) -> Path | None:
+    """Line plot of MB moved per layer, one line per model/hybrid configuration of the
+    latest study (``None`` when it has no such run; needs the ``report`` extra)."""
+    table = communication(records, layers)
+    if table.empty:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for (strategy, partition), rows in table.groupby(["strategy", "partition"], sort=False):
+        ax.plot(rows["layer"], rows["mb_moved"], label=f"{strategy} {partition}",
+                linestyle="-" if strategy == "model" else "--")
+    ax.set_yscale("symlog", linthresh=0.01)
+    ax.set_xlabel("layer")
+    ax.set_ylabel("MB moved between workers")
+    ax.set_title("Communication per layer (Dask transfer logs, median over repeats)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)
+    return path
+
+
+def _pyplot():
     try:
         import matplotlib
 
@@ -181,6 +230,18 @@ def plot_comparison(records: pd.DataFrame, path: str | Path) -> Path:
         raise ImportError(
             "plots need matplotlib: pip install 'sdnn_dask[report]'"
         ) from error
+    return plt
+
+
+def plot_comparison(records: pd.DataFrame, path: str | Path) -> Path:
+    """Bar chart of edges/s per configuration of the latest study (needs the ``report`` extra).
+
+    Raises
+    ------
+    ImportError
+        When matplotlib is missing, naming the extra to install.
+    """
+    plt = _pyplot()
     cmp = comparison(records)
     labels = [
         f"{r.strategy}\n{r.partition}" + (

@@ -74,7 +74,7 @@ def test_compare_main_job(challenge_folder, tmp_path):
     model_layers = layers[layers.run_id.isin(runs.loc[runs.strategy == "model", "run_id"])]
     assert model_layers["bytes_in"].sum() == runs.loc[runs.strategy == "model",
                                                       "bytes_moved"].sum()
-    assert (results / "summary.md").is_file()
+    assert (results / "summary.md").is_file() and (results / "communication.png").is_file()
     summary = (results / "summary.md").read_text()
     assert "| data | hash |" in summary and "| model | hypergraph |" in summary
     for word in ("strategy", "speedup", "imbalance", "mb_moved", "PASS"):

@@ -106,3 +106,32 @@ def test_plot(tmp_path):
     path = report.plot_comparison(table, tmp_path / "cmp.png")
     assert path.stat().st_size > 1000
     assert np.frombuffer(path.read_bytes()[:4], dtype=np.uint8).tolist() == [137, 80, 78, 71]
+
+
+def test_communication_per_layer_from_the_records(tmp_path):
+    """report.communication: MB per layer of the latest study's model runs, from layers.csv."""
+    from sdnn_dask import report
+
+    records = pd.DataFrame({
+        "study": ["s1"] * 3, "run_id": ["a", "b", "c"], "time": ["t"] * 3,
+        "strategy": ["model", "model", "data"], "partition": ["block"] * 3,
+        "network": ["n"] * 3, "neurons": [4] * 3, "layers": [2] * 3, "edges": [8] * 3,
+        "inputs": [3] * 3, "workers": [2] * 3, "blocks": [2] * 3, "wall_s": [1.0] * 3,
+        "edges_per_s": [24.0] * 3, "imbalance": [1.0] * 3, "survivor_imbalance": [1.0] * 3,
+        "check": ["PASS"] * 3, "check_against": ["reference"] * 3, "max_abs_diff": [0.0] * 3,
+        "params": [""] * 3, "compute_s": [0.5] * 3,
+    })
+    layers = pd.DataFrame({
+        "run_id": ["a", "a", "a", "a", "b", "b", "b", "b", "c", "c"],
+        "block": [0, 1, 0, 1, 0, 1, 0, 1, 0, 0],
+        "layer": [1, 1, 2, 2, 1, 1, 2, 2, 1, 2],
+        "bytes_in": [1e6, 2e6, 0, 1e6, 3e6, 2e6, 0, 3e6, 0, 0],
+        "columns_in": [4, 4, 2, 2, 4, 4, 2, 2, 0, 0],
+    })
+    table = report.communication(records, layers)
+    assert table[["layer", "mb_moved", "columns_in"]].values.tolist() == [
+        [1, 4.0, 8], [2, 2.0, 4]]  # medians of runs a (3, 1 MB) and b (5, 3 MB)
+    pytest.importorskip("matplotlib")
+    assert report.plot_communication(records, layers, tmp_path / "c.png").stat().st_size > 0
+    assert report.plot_communication(records[records.strategy == "data"], layers,
+                                     tmp_path / "d.png") is None
