@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import logging
 import os
 import sys
@@ -340,6 +341,15 @@ def _names(value: str, allowed: Sequence[str], option: str) -> list[str]:
     return names
 
 
+def _default_neuron_partitions(progress: Progress) -> str:
+    """Every neuron partition, less hypergraph when Mt-KaHyPar is not installed."""
+    if importlib.util.find_spec("mtkahypar") is not None:
+        return ",".join(NEURON_PARTITIONS)
+    progress.say("no hypergraph rows: Mt-KaHyPar is not installed "
+                 "(pip install 'sdnn_dask[partition]')")
+    return ",".join(m for m in NEURON_PARTITIONS if m != "hypergraph")
+
+
 def _neuron_partition(network: Network, method: str, k: int, args: argparse.Namespace,
                       progress: Progress):
     from .partition import make_neuron_partition
@@ -357,8 +367,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     progress = Progress(args.quiet)
     partitions = _names(args.partitions, ROW_PARTITIONS, "--partitions")
-    model = _names(args.model, NEURON_PARTITIONS, "--model")
-    hybrid = _names(args.hybrid, NEURON_PARTITIONS, "--hybrid")
+    default = _default_neuron_partitions(progress)
+    model = _names(args.model or default, NEURON_PARTITIONS, "--model")
+    hybrid = _names(args.hybrid or default, NEURON_PARTITIONS, "--hybrid")
     if args.row_groups < 1:
         raise SystemExit("error: --row-groups must be at least 1")
     problem = load_problem(args, progress)
@@ -605,12 +616,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partitions", default=",".join(ROW_PARTITIONS),
                    help="row partitions of the data-parallel runs, comma-separated "
                    f"({','.join(ROW_PARTITIONS)}; none: no data-parallel runs)")
-    p.add_argument("--model", default=",".join(NEURON_PARTITIONS),
+    p.add_argument("--model", default=None,
                    help="neuron partitions of the model-parallel runs "
-                   f"({','.join(NEURON_PARTITIONS)}; none: no model-parallel runs)")
-    p.add_argument("--hybrid", default=",".join(NEURON_PARTITIONS),
+                   f"({','.join(NEURON_PARTITIONS)}; hypergraph needs the partition extra "
+                   "and is left out of the default without it; none: no model-parallel runs)")
+    p.add_argument("--hybrid", default=None,
                    help="neuron partitions of the hybrid runs (--row-groups x --parts; "
-                   "none: no hybrid runs)")
+                   "default as --model; none: no hybrid runs)")
     _add_cluster_arguments(p)
     p.add_argument("--blocks", type=int, default=None, help="row blocks (one per worker)")
     _add_model_arguments(p)

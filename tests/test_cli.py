@@ -130,3 +130,25 @@ def test_partition_command(tmp_path, capsys, monkeypatch):
     assert NeuronPartition.load(out).k == 4
     code = main(["partition", "-L", "6", "-k", "4", "--method", "block", "-q"])
     assert code == 0 and "km1 " in capsys.readouterr().out
+
+
+def test_compare_without_the_partition_extra(challenge_folder, tmp_path):
+    """Without Mt-KaHyPar the default leaves hypergraph out (saying so); asking for it
+    explicitly is an error naming the extra."""
+    import os
+
+    hide = ("import sys; sys.modules['mtkahypar'] = None; "  # as if not installed
+            "from sdnn_dask.cli import main; sys.exit(main(sys.argv[1:]))")
+    common = ["compare", "--data", str(challenge_folder), "-L", "12", "--workers", "2",
+              "--partitions", "none", "--hybrid", "none", "--no-write"]
+    env = {**os.environ, "SDNN_CACHE_DIR": str(tmp_path / "cache")}  # no cached partitions
+    proc = subprocess.run([sys.executable, "-c", hide, *common], capture_output=True,
+                          text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "no hypergraph rows" in proc.stderr and "sdnn_dask[partition]" in proc.stderr
+    rows = {line.split()[1] for line in proc.stdout.splitlines() if line.startswith("model")}
+    assert rows == {"block", "hash", "random"}
+    proc = subprocess.run([sys.executable, "-c", hide, *common, "--model", "hypergraph"],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode != 0
+    assert "pip install 'sdnn_dask[partition]'" in proc.stderr
