@@ -212,6 +212,11 @@ def plot_communication(records: pd.DataFrame, layers: pd.DataFrame,
     ax.set_ylabel("MB moved between workers")
     ax.set_title("Communication per layer (Dask transfer logs, median over repeats)")
     ax.legend(fontsize=8)
+    return _save(plt, fig, path)
+
+
+def _save(plt, fig, path: str | Path) -> Path:
+    """Write ``fig`` as a PNG atomically and free it."""
     fig.tight_layout()
     path = Path(path)
     with atomic_path(path) as tmp:
@@ -259,9 +264,4 @@ def plot_comparison(records: pd.DataFrame, path: str | Path) -> Path:
     for i, v in enumerate(cmp["speedup"]):
         ax.annotate(f"{v:.1f}x", (i, cmp["edges_per_s"].iloc[i]), ha="center", va="bottom",
                     fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
