@@ -20,12 +20,15 @@ inputs              input rows
 workers, blocks     Dask workers used, blocks the work was split into (model/hybrid: one
                     block per part per row group)
 parts, row_groups   neuron parts ``k`` and row groups ``R`` (data: ``1`` and ``blocks``)
+transport           how model/hybrid parts exchanged pieces: ``direct`` (worker to worker)
+                    or ``graph`` (a Dask task per part and layer); empty for other runs
 block, worker       this row's block and the worker that ran it
 rows, survivors     input rows of the block, and those nonzero after the last layer (for a
                     part: nonzero in the part's columns)
 compute_s           seconds in the kernel, measured on the worker (a part: sum of its layers)
-bytes_moved         bytes moved between workers in the run, from Dask's transfer logs
-                    (model/hybrid; empty where not measured)
+bytes_moved         bytes of the pieces moved between workers in the run, counted by the
+                    direct transport or read from Dask's transfer logs (graph) (model/hybrid;
+                    empty where not measured)
 predicted_volume    the neuron partition's volume: activation columns sent between parts,
                     summed over layers and row groups (km1)
 partition_s         seconds taken to compute the neuron partition
@@ -43,8 +46,11 @@ versions            ``sdnn_dask, dask, distributed, numpy, scipy, numba, python`
 
 Layer records (``layers.csv``): ``study, run_id, block, layer, mode, rows_in, rows_out,
 nnz_out, seconds``, and for model/hybrid runs what the part received in the layer:
-``columns_in`` (predicted columns from other parts), ``bytes_in`` (measured by Dask),
-``transfers_in``, ``nnz_in`` and ``rows_received``.
+``columns_in`` (predicted columns from other parts), ``bytes_in`` (measured: by the
+direct transport, or by Dask for the graph one), ``transfers_in``, ``nnz_in`` and
+``rows_received``; with the direct transport also where the part's time went besides
+``seconds`` (its step): ``wait_s`` (waiting for pieces), ``send_s`` (cutting, serialising
+and queueing its pieces), ``serialise_s`` (part of ``send_s``) and ``deserialise_s``.
 
 Files are appended atomically: the new table is written beside the old one and renamed
 over it, so an interrupted write leaves the old file intact.
@@ -68,14 +74,15 @@ from .result import RunResult
 
 RUN_COLUMNS = [
     "study", "run_id", "time", "host", "strategy", "partition", "network", "neurons",
-    "layers", "edges", "inputs", "workers", "blocks", "parts", "row_groups", "block",
+    "layers", "edges", "inputs", "workers", "blocks", "parts", "row_groups", "transport",
+    "block",
     "worker", "rows", "survivors", "compute_s", "wall_s", "edges_per_s", "imbalance",
     "survivor_imbalance", "bytes_moved", "predicted_volume", "partition_s", "check",
     "check_against", "max_abs_diff", "params", "versions",
 ]
 LAYER_COLUMNS = ["study", "run_id", "block", "layer", "mode", "rows_in", "rows_out",
                  "nnz_out", "seconds", "columns_in", "bytes_in", "transfers_in", "nnz_in",
-                 "rows_received"]
+                 "rows_received", "wait_s", "send_s", "serialise_s", "deserialise_s"]
 RECORDS_FILE = "records.csv"
 LAYERS_FILE = "layers.csv"
 
@@ -130,6 +137,7 @@ def run_records(
         "blocks": result.n_blocks,
         "parts": result.parts,
         "row_groups": result.row_groups if result.row_groups is not None else 1,
+        "transport": result.transport,
         "wall_s": result.wall_seconds,
         "edges_per_s": result.edges_per_second,
         "imbalance": imbalance(blocks["compute_s"]),

@@ -18,16 +18,16 @@ from ._files import atomic_path
 #: Run-level columns, constant over the block rows of a run.
 _RUN_LEVEL = ["study", "run_id", "time", "strategy", "partition", "network", "neurons",
               "layers", "edges", "inputs", "workers", "blocks", "parts", "row_groups",
-              "wall_s", "edges_per_s", "imbalance", "survivor_imbalance", "bytes_moved",
-              "predicted_volume", "partition_s", "check", "check_against", "max_abs_diff",
-              "params"]
+              "transport", "wall_s", "edges_per_s", "imbalance", "survivor_imbalance",
+              "bytes_moved", "predicted_volume", "partition_s", "check", "check_against",
+              "max_abs_diff", "params"]
 
 #: Columns that records written before model parallelism lack, with their value there.
-_ADDED = {"parts": 1, "row_groups": np.nan, "bytes_moved": np.nan,
+_ADDED = {"parts": 1, "row_groups": np.nan, "transport": "", "bytes_moved": np.nan,
           "predicted_volume": np.nan, "partition_s": np.nan}
 
 #: What identifies a configuration: repeats of one configuration are pooled.
-CONFIG = ["strategy", "partition", "workers", "blocks", "params"]
+CONFIG = ["strategy", "partition", "transport", "workers", "blocks", "params"]
 
 
 def runs(records: pd.DataFrame) -> pd.DataFrame:
@@ -55,7 +55,7 @@ def comparison(records: pd.DataFrame, baseline: str = "reference") -> pd.DataFra
     Returns
     -------
     pandas.DataFrame
-        ``strategy, partition, workers, blocks, parts, params, repeats, seconds,
+        ``strategy, partition, transport, workers, blocks, parts, params, repeats, seconds,
         edges_per_s, speedup, vs_kernel, imbalance, survivor_imbalance, mb_moved,
         predicted_volume, check``; ``mb_moved`` is the median of the bytes moved between
         workers (model and hybrid runs), in MB.
@@ -65,7 +65,8 @@ def comparison(records: pd.DataFrame, baseline: str = "reference") -> pd.DataFra
         raise ValueError("no runs in the records")
     latest = table["study"].astype(str).max()
     table = table[table["study"].astype(str) == latest]
-    table = table.assign(params=table["params"].fillna("").astype(str))
+    table = table.assign(params=table["params"].fillna("").astype(str),
+                         transport=table["transport"].fillna("").astype(str))
     grouped = table.groupby(CONFIG, sort=False, dropna=False)
     out = grouped.agg(
         repeats=("run_id", "count"),
@@ -85,8 +86,8 @@ def comparison(records: pd.DataFrame, baseline: str = "reference") -> pd.DataFra
 
     out["speedup"] = seconds_of(baseline) / out["seconds"]
     out["vs_kernel"] = seconds_of("kernel") / out["seconds"]
-    columns = ["strategy", "partition", "workers", "blocks", "parts", "params", "repeats",
-               "seconds", "edges_per_s", "speedup", "vs_kernel", "imbalance",
+    columns = ["strategy", "partition", "transport", "workers", "blocks", "parts", "params",
+               "repeats", "seconds", "edges_per_s", "speedup", "vs_kernel", "imbalance",
                "survivor_imbalance", "mb_moved", "predicted_volume", "check"]
     return out[columns]
 
@@ -134,7 +135,8 @@ def summary_markdown(records: pd.DataFrame, *, title: str = "sdnn_dask compariso
     latest = table[table["study"].astype(str) == table["study"].astype(str).max()]
     first = latest.iloc[0]
     cmp = comparison(records)
-    shown = ["strategy", "partition", "workers", "blocks", "parts", "repeats", "seconds",
+    shown = ["strategy", "partition", "transport", "workers", "blocks", "parts", "repeats",
+             "seconds",
              "edges_per_s", "speedup", "vs_kernel", "imbalance", "survivor_imbalance",
              "mb_moved", "predicted_volume", "check"]
     checked = "the truth categories" if (latest["check_against"] == "truth").any() \
@@ -156,8 +158,10 @@ def summary_markdown(records: pd.DataFrame, *, title: str = "sdnn_dask compariso
         "serial reference recurrence; `vs_kernel`: against the serial compiled kernel. "
         "`imbalance`: max/mean of per-block compute seconds; `survivor_imbalance`: the same "
         "for rows that survive all layers. Model and hybrid rows: `blocks` are parts x row "
-        "groups, `parts` the neuron parts k, `mb_moved` the MB moved between workers as "
-        "Dask's transfer logs report them, `predicted_volume` the partition's km1 (activation "
+        "groups, `parts` the neuron parts k, `transport` how parts exchanged pieces "
+        "(`direct`: worker to worker; `graph`: a Dask task per part and layer), `mb_moved` "
+        "the MB of pieces moved between workers (counted by the direct transport, or from "
+        "Dask's transfer logs), `predicted_volume` the partition's km1 (activation "
         "columns sent between parts, summed over layers and row groups); "
         "`survivor_imbalance` there compares parts' rows nonzero in their own columns.",
     ]

@@ -64,7 +64,18 @@ class RunResult:
     communication
         Per layer: predicted ``km1``, ``volume`` and ``max_received`` (columns), and the
         measured ``bytes_moved`` and ``transfers``, with what the receiving parts saw
-        (``columns_in``, ``nnz_in``, ``rows_received``); ``None`` for other strategies.
+        (``columns_in``, ``nnz_in``, ``rows_received``); the direct transport adds
+        ``wire_bytes`` (what the comms wrote, framing included) and the parts' summed
+        ``wait_s``, ``send_s``, ``serialise_s``, ``deserialise_s``; ``None`` for other
+        strategies.
+    transport
+        How model-parallel parts exchanged pieces: ``"direct"`` (worker to worker) or
+        ``"graph"`` (a Dask task per part and layer); ``None`` for other strategies.
+    messages
+        One row per piece sent between workers: ``group, layer, source, parts, sender,
+        receiver, payload_bytes`` (the arrays' bytes), ``frame_bytes`` and ``wire_bytes``
+        (direct only: serialised frames, and what the comm wrote); ``None`` for other
+        strategies.
     """
 
     strategy: str
@@ -84,6 +95,8 @@ class RunResult:
     predicted_volume: int | None = None
     partition_seconds: float | None = None
     communication: pd.DataFrame | None = field(default=None, repr=False)
+    transport: str | None = None
+    messages: pd.DataFrame | None = field(default=None, repr=False)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
     @property

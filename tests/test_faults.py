@@ -9,6 +9,9 @@ What happens, per strategy (see README, Faults):
   does not bring back; the run raises ``WorkerLostError`` at once, and the next run on the
   same executor places its plans on the workers connected then and is right. (Why it
   polls: Dask keeps a pinned task whose worker died waiting for ever, without an error.)
+  With the direct transport the surviving parts stop too (no part waits for a piece that
+  will never come) and the run's state is gone from every worker; a run interrupted by
+  the caller (``KeyboardInterrupt``) or cancelled (``client.cancel``) leaves no task behind.
 - compare: a run that raises leaves ``results/`` exactly as it was.
 
 Each test checks that the kill really landed mid-run (and fails loudly otherwise): the
@@ -18,13 +21,14 @@ connected while its nanny's new worker is.
 
 from __future__ import annotations
 
+import _thread
 import os
 import signal
 import threading
 import time
 
 import pytest
-from distributed import wait
+from distributed import Future, wait
 
 from sdnn_dask.cli import main
 from sdnn_dask.cluster import local_client
@@ -34,6 +38,7 @@ from sdnn_dask.parallel import (
     WorkerLostError,
     run_serial,
 )
+from sdnn_dask.parallel.direct import RunAborted, active_runs
 from sdnn_dask.parallel.faults import gather_pinned
 from sdnn_dask.radixnet import make_inputs, make_network
 from sdnn_dask.testing import assert_same_result
@@ -42,6 +47,8 @@ pytestmark = pytest.mark.timeout(240)
 
 KILL_DELAY = 0.3  # seconds between seeing the victim run a task of the run and killing it
 PROMPT = 30.0  # seconds a run may take to raise after the kill (it takes about 0.1)
+PROMPT_DIRECT = 2.0  # the direct transport's promise
+PREFIX = {"graph": "step-", "direct": "part-"}  # keys of a run's tasks
 
 
 class Killer(threading.Thread):
@@ -135,26 +142,99 @@ def test_data_parallel_survives_a_killed_worker(cluster, network, data_problem):
     assert set(again.blocks["worker"]) == set(cluster.nthreads())
 
 
+def _settled(client, timeout: float = PROMPT_DIRECT) -> None:
+    """Within ``timeout`` no task of a direct run is processing and no worker holds a
+    run's state."""
+    deadline = time.monotonic() + timeout
+    while True:
+        busy = [k for keys in client.processing().values() for k in keys
+                if str(k).startswith("part-")]
+        state = {w: t for w, t in active_runs(client).items() if t}
+        if not busy and not state:
+            return
+        assert time.monotonic() < deadline, (
+            f"{timeout} s on, tasks still processing: {busy}; run state on workers: {state}")
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("transport", ["direct", "graph"])
 @pytest.mark.parametrize("row_groups", [1, 2], ids=["model", "hybrid"])
 def test_model_parallel_raises_on_a_killed_worker_then_recovers(cluster, network,
-                                                                model_problem, row_groups):
-    inputs, reference = model_problem
+                                                                model_problem, data_problem,
+                                                                row_groups, transport):
+    # the direct transport is fast: give it the larger input so the kill lands mid-run
+    inputs, reference = data_problem if transport == "direct" else model_problem
     strategy = "model" if row_groups == 1 else "hybrid"
     executor = ModelParallelExecutor(cluster, network)
-    killer = Killer(cluster, "step-")
+    killer = Killer(cluster, PREFIX[transport])
     killer.start()
     with pytest.raises(WorkerLostError, match=f"{strategy} run aborted: worker .* died "
                                               "mid-run.*run it again") as raised:
-        executor.run(inputs, partition="hash", k=2, row_groups=row_groups)
+        executor.run(inputs, partition="hash", k=2, row_groups=row_groups,
+                     transport=transport)
     raised_at = time.monotonic()
     victim = killer.check(raised_at)
     assert raised.value.strategy == strategy and raised.value.lost == [victim]
-    assert raised_at - killer.killed_at < PROMPT, "the run did not fail promptly"
+    prompt = PROMPT_DIRECT if transport == "direct" else PROMPT
+    assert raised_at - killer.killed_at < prompt, "the run did not fail promptly"
+    if transport == "direct":
+        _settled(cluster)
     # the same executor places its plans again, on the workers connected now
-    result = executor.run(inputs, partition="hash", k=2, row_groups=row_groups)
+    result = executor.run(inputs, partition="hash", k=2, row_groups=row_groups,
+                          transport=transport)
     assert_same_result(result, reference)
     assert result.strategy == strategy and result.bytes_moved > 0
     assert set(result.blocks["worker"]) == set(cluster.nthreads())
+
+
+def _later(seconds: float, action) -> threading.Timer:
+    timer = threading.Timer(seconds, action)
+    timer.start()
+    return timer
+
+
+def _when_running(client, action, timeout: float = 60) -> threading.Thread:
+    """Call ``action(keys)`` from a thread once part tasks of a direct run are processing."""
+    def watch():
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            keys = [k for ks in client.processing().values() for k in ks
+                    if str(k).startswith("part-")]
+            if keys:
+                time.sleep(KILL_DELAY)
+                action(keys)
+                return
+            time.sleep(0.01)
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_direct_run_interrupted_by_the_caller_leaves_nothing_behind(cluster, network,
+                                                                    data_problem):
+    inputs, reference = data_problem
+    executor = ModelParallelExecutor(cluster, network)
+    watcher = _when_running(cluster, lambda keys: _thread.interrupt_main())
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        executor.run(inputs, partition="hash", k=2)
+    watcher.join()
+    assert time.monotonic() - started < 30
+    _settled(cluster)
+    assert_same_result(executor.run(inputs, partition="hash", k=2), reference)
+
+
+def test_direct_run_cancelled_by_the_client_leaves_nothing_behind(cluster, network,
+                                                                  data_problem):
+    inputs, reference = data_problem
+    executor = ModelParallelExecutor(cluster, network)
+    watcher = _when_running(cluster, lambda keys: cluster.cancel(
+        [Future(k, cluster) for k in keys]))
+    with pytest.raises(RunAborted, match="cancelled"):
+        executor.run(inputs, partition="hash", k=2)
+    watcher.join()
+    _settled(cluster)
+    assert_same_result(executor.run(inputs, partition="hash", k=2), reference)
 
 
 def _pinned_task(seconds: float) -> float:
@@ -189,9 +269,9 @@ def test_compare_leaves_results_untouched_when_a_run_fails(cluster, tmp_path, ca
            "summary.md": "# the previous study\n"}
     for name, text in old.items():
         (results / name).write_text(text)
-    killer = Killer(cluster, "step-")
+    killer = Killer(cluster, PREFIX["direct"], delay=0.1)  # compare's default transport
     killer.start()
-    code = main(["compare", "-N", "1024", "-L", "120", "-n", "6000", "--seed", "1",
+    code = main(["compare", "-N", "1024", "-L", "120", "-n", "20000", "--seed", "1",
                  "--partitions", "none", "--model", "hash", "--hybrid", "none",
                  "--cluster", cluster.scheduler.address, "--results", str(results), "-q"])
     killer.check(time.monotonic())

@@ -15,6 +15,7 @@ from sdnn_dask.slabs import Slab, forward_parts, make_part_plans, part_layer_ste
 from sdnn_dask.testing import assert_categories, assert_same_result
 
 WORKERS = 2  # the session's LocalCluster
+TRANSPORTS = ["direct", "graph"]
 
 
 class _Reference:
@@ -63,12 +64,14 @@ def partitions(generated, tmp_path_factory):
             for m in NEURON_PARTITIONS for k in (1, 2, 3, 4)}
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("k", [1, 2, 3, 4])
 @pytest.mark.parametrize("method", NEURON_PARTITIONS)
-def test_equals_reference(executor, generated, partitions, method, k):
+def test_equals_reference(executor, generated, partitions, method, k, transport):
     _, inputs, reference = generated
-    result = executor.run(inputs, partition=partitions[method, k])
+    result = executor.run(inputs, partition=partitions[method, k], transport=transport)
     assert result.strategy == "model" and result.partition == method
+    assert result.transport == transport and result.params["transport"] == transport
     assert result.parts == k and result.row_groups == 1 and result.n_workers == WORKERS
     assert len(result.blocks) == k
     # k > workers: parts share workers round-robin
@@ -87,14 +90,15 @@ def test_in_process_parts_equal_reference(generated, partitions, method, thresho
     assert modes == {"dense" if threshold == 0.0 else "sparse"}
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize(("row_groups", "k", "row_partition"),
                          [(2, 2, "block"), (3, 2, "hash"), (2, 3, "random"), (3, 1, "block"),
                           (1, 2, "block")])
 def test_hybrid_equals_reference(executor, generated, partitions, row_groups, k,
-                                 row_partition):
+                                 row_partition, transport):
     _, inputs, reference = generated
     result = executor.run(inputs, partition=partitions["hash", k], row_groups=row_groups,
-                          row_partition=row_partition, seed=2)
+                          row_partition=row_partition, seed=2, transport=transport)
     assert result.strategy == ("model" if row_groups == 1 else "hybrid")
     assert len(result.blocks) == row_groups * k
     assert result.blocks.groupby("group")["rows"].first().sum() == inputs.shape[0]
@@ -133,12 +137,13 @@ def _expected_bytes(net, partition, inputs, workers: int) -> dict[int, int]:
     return expected
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize(("method", "k"), [("block", 2), ("hypergraph", 2), ("random", 4)])
 def test_measured_bytes_are_the_pieces_that_crossed_workers(executor, generated, partitions,
-                                                            method, k):
+                                                            method, k, transport):
     net, inputs, _ = generated
     part = partitions[method, k]
-    result = executor.run(inputs, partition=part)
+    result = executor.run(inputs, partition=part, transport=transport)
     comm = result.communication.set_index("layer")
     expected = _expected_bytes(net, part, inputs, WORKERS)
     assert comm["bytes_moved"].to_dict() == expected
@@ -150,6 +155,15 @@ def test_measured_bytes_are_the_pieces_that_crossed_workers(executor, generated,
     assert result.predicted_volume == part.volume(net)["km1"].sum()
     per_part = result.layers.groupby("layer")["bytes_in"].sum()
     assert per_part.to_dict() == expected
+    # one message per (source part, other worker hosting readers) and layer
+    messages = result.messages
+    assert (messages["sender"] != messages["receiver"]).all()
+    assert messages.groupby("layer")["payload_bytes"].sum().to_dict() == {
+        layer: b for layer, b in expected.items() if b}
+    if transport == "direct":  # the comm wrote the frames and a little framing
+        assert (messages["wire_bytes"] >= messages["payload_bytes"]).all()
+        assert (messages["wire_bytes"] < messages["payload_bytes"] + 4096).all()
+        assert (comm["wire_bytes"] >= comm["bytes_moved"]).all()
 
 
 def _unshared_bytes(net, partition, inputs, workers: int) -> int:
@@ -189,12 +203,14 @@ def test_records_hold_communication(executor, generated, partitions):
     assert len(layers) == 2 * 16
 
 
-def test_edge_cases(executor, generated, partitions):
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_edge_cases(executor, generated, partitions, transport):
     _, inputs, reference = generated
-    empty = executor.run(inputs[:0], partition=partitions["block", 2])
+    empty = executor.run(inputs[:0], partition=partitions["block", 2], transport=transport)
     assert empty.output.shape == (0, 1024) and empty.output.nnz == 0
     zeros = sp.csr_matrix((5, 1024), dtype=np.float32)
-    assert executor.run(zeros, partition=partitions["block", 2]).output.nnz == 0
+    assert executor.run(zeros, partition=partitions["block", 2],
+                        transport=transport).output.nnz == 0
     with pytest.raises(ValueError, match="rows x 1024"):
         executor.run(inputs[:, :100])
     with pytest.raises(ValueError, match="k=3 but the partition given has k=2"):
@@ -204,8 +220,11 @@ def test_edge_cases(executor, generated, partitions):
     other = make_neuron_partition(make_network(1024, 3), 2)
     with pytest.raises(ValueError, match="partition is for 3 layers"):
         executor.run(inputs, partition=other)
+    with pytest.raises(ValueError, match="transport must be one of direct, graph"):
+        executor.run(inputs, transport="carrier-pigeon")
     # more row groups than rows: empty groups run and come back
-    result = executor.run(inputs[:3], partition=partitions["hash", 2], row_groups=5)
+    result = executor.run(inputs[:3], partition=partitions["hash", 2], row_groups=5,
+                          transport=transport)
     assert_matches(result, reference, rows=3)
 
 
@@ -219,9 +238,10 @@ def test_parts_owning_nothing(client):
     reference = _Reference(net, x)
     executor = ModelParallelExecutor(client, net, warm_up=False)
     for method in ("block", "random"):
-        result = executor.run(x, partition=method, k=8, seed=1)
-        assert (result.blocks["survivors"] == 0).any()
-        assert_matches(result, reference)
+        for transport in TRANSPORTS:
+            result = executor.run(x, partition=method, k=8, seed=1, transport=transport)
+            assert (result.blocks["survivors"] == 0).any()
+            assert_matches(result, reference)
 
 
 @pytest.mark.slow
@@ -230,6 +250,8 @@ def test_official_network_model_parallel(client, official_network, official_inpu
     """The official 1024-120 network, rows 1..1200, k = 4 on 2 workers: the truth."""
     executor = ModelParallelExecutor(client, official_network)
     for method in ("block", "hash"):
-        result = executor.run(official_inputs, partition=method, k=4)
-        assert_categories(result.categories, official_truth)
-        assert result.bytes_moved > 0
+        for transport in TRANSPORTS:
+            result = executor.run(official_inputs, partition=method, k=4,
+                                  transport=transport)
+            assert_categories(result.categories, official_truth)
+            assert result.bytes_moved > 0

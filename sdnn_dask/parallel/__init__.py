@@ -2,8 +2,9 @@
 
 from ..result import Agreement, RunResult, compare_outputs, network_info
 from .data import DataParallelExecutor, run_block
+from .exchange import RunAborted
 from .faults import WorkerLostError
-from .model import ModelParallelExecutor
+from .model import TRANSPORTS, ModelParallelExecutor
 from .serial import SERIAL_METHODS, run_serial
 
 STRATEGIES = ("reference", "kernel", "data", "model", "hybrid")
@@ -11,9 +12,11 @@ STRATEGIES = ("reference", "kernel", "data", "model", "hybrid")
 __all__ = [
     "SERIAL_METHODS",
     "STRATEGIES",
+    "TRANSPORTS",
     "Agreement",
     "DataParallelExecutor",
     "ModelParallelExecutor",
+    "RunAborted",
     "RunResult",
     "WorkerLostError",
     "compare_outputs",

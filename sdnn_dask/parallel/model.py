@@ -60,9 +60,22 @@ from ..slabs import (
     part_layer_step,
     piece_for,
 )
+from .direct import (
+    MESSAGE_COLUMNS,
+    TIMING_COLUMNS,
+    connect_peers,
+    ensure_exchange,
+    gather_direct,
+    run_part,
+)
 from .faults import WorkerLostError, gather_pinned, prepare_workers
 from .placement import keep_on
 from .transfers import transfers_of, widen_transfer_logs
+
+#: How the parts exchange their pieces: ``"direct"`` (worker to worker, one long-running
+#: task per part, :mod:`.direct`) or ``"graph"`` (a Dask task per part and layer, every
+#: exchange through the scheduler).
+TRANSPORTS = ("direct", "graph")
 
 
 @sizeof.register(Slab)
@@ -189,6 +202,7 @@ class ModelParallelExecutor:
         nbuckets: int = 1,
         epsilon: float = 0.03,
         cache: bool | str | None = True,
+        transport: str = "direct",
     ) -> RunResult:
         """Infer ``inputs`` with every layer's neurons split into ``k`` parts.
 
@@ -209,13 +223,22 @@ class ModelParallelExecutor:
             How rows are split into groups: ``"block"``, ``"hash"`` or ``"random"``.
         seed, nbuckets, epsilon, cache
             Passed to the neuron partition (``seed`` also to a random row partition).
+        transport
+            ``"direct"`` (default): one long-running task per part, pieces sent worker
+            to worker (:mod:`sdnn_dask.parallel.direct`); ``"graph"``: one Dask task per
+            part and layer, every exchange scheduled by Dask (its cost stays measurable).
 
         Returns
         -------
         RunResult
             ``strategy`` is ``"model"`` (``R = 1``) or ``"hybrid"``; ``communication``
-            has, per layer, the predicted volume and the bytes Dask moved between workers.
+            has, per layer, the predicted volume and the bytes moved between workers
+            (counted by the direct transport, or read from Dask's transfer logs);
+            ``transport`` names the transport.
         """
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, "
+                             f"got {transport!r}")
         y = as_csr32(inputs)
         n = self.network.n_neurons
         if y.ndim != 2 or y.shape[1] != n:
@@ -237,21 +260,33 @@ class ModelParallelExecutor:
                     [Slab.from_rows(block, plan.inputs)],
                     workers=[self._slot(workers, g, p, k)], hash=False)
         self._wait(list(slab_futures.values()))
-        widen_transfer_logs(self.client)
-        graph = self._graph(plans, plan_futures, slab_futures, workers, len(groups), token)
-
         used = {self._slot(workers, g, p, k) for g in range(len(groups)) for p in range(k)}
         strategy = "model" if row_groups == 1 else "hybrid"
-
-        start = time.perf_counter()
-        futures = self.client.compute(graph, optimize_graph=False)
-        try:
-            # not client.gather: a task pinned to a dead worker would wait forever
-            finals = gather_pinned(self.client, futures, used, strategy=strategy)
-        except WorkerLostError:
-            self._placed = {}  # plans died with the worker: place them again next run
-            raise
-        wall = time.perf_counter() - start
+        if transport == "direct":
+            ensure_exchange(self.client)
+            connect_peers(self.client, sorted(used))
+            start = time.perf_counter()
+            outputs = self._run_direct(plans, plan_futures, slab_futures, workers,
+                                       len(groups), token, strategy, used)
+            wall = time.perf_counter() - start
+            finals = [out["slab"] for out in outputs]
+            messages = pd.DataFrame([m for out in outputs for m in out["messages"]],
+                                    columns=MESSAGE_COLUMNS)
+            timing = [out["timing"] for out in outputs]
+        else:
+            widen_transfer_logs(self.client)
+            graph = self._graph(plans, plan_futures, slab_futures, workers, len(groups),
+                                token)
+            start = time.perf_counter()
+            futures = self.client.compute(graph, optimize_graph=False)
+            try:
+                # not client.gather: a task pinned to a dead worker would wait forever
+                finals = gather_pinned(self.client, futures, used, strategy=strategy)
+            except WorkerLostError:
+                self._placed = {}  # plans died with the worker: place them again next run
+                raise
+            wall = time.perf_counter() - start
+            messages, timing = self._graph_messages(transfers_of(self.client, token)), None
 
         output = sp.csr_matrix((y.shape[0], n), dtype=np.float32)
         own_last = [plan.layers[-1].own for plan in plans]
@@ -260,9 +295,47 @@ class ModelParallelExecutor:
             slabs = finals[g * k:(g + 1) * k]
             output = output + assemble(slabs, own_last, (y.shape[0], n), row_ids=rows)
             parts_out += [(g, p, s) for p, s in enumerate(slabs)]
-        transfers = transfers_of(self.client, token)
         return self._result(y.shape[0], as_csr32(output), wall, part, row_groups,
-                            row_partition, groups, parts_out, workers, transfers, seed)
+                            row_partition, groups, parts_out, workers, messages, timing,
+                            seed, transport)
+
+    def _run_direct(self, plans: list[PartPlan], plan_futures: dict[int, Future],
+                    slab_futures: dict[tuple[int, int], Future], workers: list[str],
+                    n_groups: int, token: str, strategy: str, used: set[str]
+                    ) -> list[dict[str, Any]]:
+        """Submit one long-running task per (group, part) and gather them."""
+        k = len(plans)
+        slots = {(g, p): self._slot(workers, g, p, k) for g in range(n_groups)
+                 for p in range(k)}
+        hosted = pd.Series(list(slots.values())).value_counts().to_dict()
+        futures = []
+        for g in range(n_groups):
+            route = [slots[g, p] for p in range(k)]
+            for p in range(k):
+                futures.append(self.client.submit(
+                    run_part, plan_futures[p], slab_futures[g, p], token=token, group=g,
+                    route=route, expected=hosted[route[p]], n_layers=self.network.n_layers,
+                    strategy=strategy, key=f"part-{token}-g{g}-p{p}", workers=[route[p]],
+                    allow_other_workers=False, pure=False))
+        try:
+            return gather_direct(self.client, futures, used, token=token, strategy=strategy)
+        except WorkerLostError:
+            self._placed = {}  # plans died with the worker: place them again next run
+            raise
+
+    @staticmethod
+    def _graph_messages(transfers: pd.DataFrame) -> pd.DataFrame:
+        """Dask's transfer log of a graph run as :data:`MESSAGE_COLUMNS` rows."""
+        rows = []
+        for t in transfers.itertuples():
+            m = _KEY.search(t.key)
+            if m is None:
+                continue
+            g, layer, q = (int(x) for x in m.groups()[:3])
+            parts = tuple(int(x) for x in t.key[m.start(4):].split("+"))
+            rows.append((g, layer, q, parts, t.sender, t.receiver, int(t.nbytes),
+                         np.nan, np.nan))
+        return pd.DataFrame(rows, columns=MESSAGE_COLUMNS)
 
     def _graph(self, plans: list[PartPlan], plan_futures: dict[int, Future],
                slab_futures: dict[tuple[int, int], Future], workers: list[str],
@@ -308,28 +381,34 @@ class ModelParallelExecutor:
     def _result(self, n_inputs: int, output: sp.csr_matrix, wall: float,
                 part: NeuronPartition, row_groups: int, row_partition: str,
                 groups: list[np.ndarray], parts_out: list[tuple[int, int, Slab]],
-                workers: list[str], transfers: pd.DataFrame, seed: int) -> RunResult:
+                workers: list[str], messages: pd.DataFrame,
+                timing: list[list[tuple]] | None, seed: int, transport: str) -> RunResult:
         k = part.k
         blocks, layers = [], []
-        for g, p, slab in parts_out:
+        for i, (g, p, slab) in enumerate(parts_out):
             block = g * k + p
             trace = pd.DataFrame(slab.trace, columns=PART_TRACE_COLUMNS)
+            if timing is not None:  # direct: waiting, sending, (de)serialising
+                trace = trace.merge(pd.DataFrame(timing[i], columns=TIMING_COLUMNS),
+                                    on="layer", how="left")
             trace.insert(0, "block", block)
             trace["group"], trace["part"] = g, p
             layers.append(trace)
-            blocks.append({"block": block, "worker": self._slot(workers, g, p, k),
-                           "rows": len(groups[g]), "survivors": len(slab.rows),
-                           "compute_s": float(trace["seconds"].sum()), "group": g,
-                           "part": p})
+            row = {"block": block, "worker": self._slot(workers, g, p, k),
+                   "rows": len(groups[g]), "survivors": len(slab.rows),
+                   "compute_s": float(trace["seconds"].sum()), "group": g, "part": p}
+            if timing is not None:
+                row["wait_s"] = float(trace["wait_s"].sum())
+                row["send_s"] = float(trace["send_s"].sum())
+            blocks.append(row)
         layers = pd.concat(layers, ignore_index=True)
-        # measured: bytes each (group, part) fetched per layer, from Dask's logs
-        if len(transfers):
-            ids = transfers["key"].str.extract(_KEY).astype(int)
-            ids.columns = ["group", "layer", "source", "part"]
-            moved = (transfers.assign(**ids).groupby(["group", "part", "layer"])["nbytes"]
-                     .agg(["sum", "count"]).reset_index())
-        else:
-            moved = pd.DataFrame(columns=["group", "part", "layer", "sum", "count"])
+        # measured: bytes each (group, part) received per layer (a piece for several
+        # parts on one worker counts for the first of them, as it travelled once)
+        moved = (messages.assign(part=[p[0] for p in messages["parts"]])
+                 .groupby(["group", "part", "layer"])["payload_bytes"]
+                 .agg(["sum", "count"]).reset_index()
+                 if len(messages) else
+                 pd.DataFrame(columns=["group", "part", "layer", "sum", "count"]))
         moved = moved.rename(columns={"sum": "bytes_in", "count": "transfers_in"})
         layers = layers.merge(moved, on=["group", "part", "layer"], how="left")
         layers[["bytes_in", "transfers_in"]] = (layers[["bytes_in", "transfers_in"]]
@@ -341,8 +420,16 @@ class ModelParallelExecutor:
             rows_received=("rows_received", "sum"), seconds_max=("seconds", "max"),
         ).reset_index()
         communication = volume.merge(per_layer, on="layer", how="left")
+        if transport == "direct":  # what the comms wrote: payload plus framing
+            wire = messages.groupby("layer")["wire_bytes"].sum()
+            communication["wire_bytes"] = (communication["layer"].map(wire).fillna(0)
+                                           .astype(np.int64))
+            for column in ("wait_s", "send_s", "serialise_s", "deserialise_s"):
+                communication[column] = communication["layer"].map(
+                    layers.groupby("layer")[column].sum())
         # columns_in sums over groups: every group exchanges the partition's volume
-        params: dict[str, Any] = {"k": k, "row_groups": row_groups, **part.params}
+        params: dict[str, Any] = {"k": k, "row_groups": row_groups, "transport": transport,
+                                  **part.params}
         if row_groups > 1:
             params["row_partition"] = row_partition
             if row_partition == "random":
@@ -365,4 +452,6 @@ class ModelParallelExecutor:
             predicted_volume=int(volume["km1"].sum()) * row_groups,
             partition_seconds=part.seconds,
             communication=communication,
+            transport=transport,
+            messages=messages,
         )

@@ -1,0 +1,229 @@
+"""The direct transport of model parallelism: one long-running task per part.
+
+``transport="direct"`` (the default of :meth:`ModelParallelExecutor.run
+<sdnn_dask.parallel.ModelParallelExecutor.run>`) submits one task per (row group, part),
+pinned to the part's worker. Each task secedes from its worker's thread pool (so parts
+sharing a worker run side by side) and runs every layer itself::
+
+    for layer l:   cut and send the pieces of level l-1 that other parts read in l
+                   wait for the pieces this part reads from the others
+                   run the part's step of layer l
+
+The pieces go worker to worker through the :class:`~.exchange.PieceExchange` plugin,
+as soon as they are cut: a part on the same worker gets the source's whole slab in
+memory, a part elsewhere one piece per worker with the columns its parts there read
+(the same pieces, and bytes, as the graph transport). The scheduler only places the
+tasks and reports failures; it takes no part in the per-layer exchange.
+
+Per part and layer the task records the step's compute (the part's trace), the time
+waiting for pieces, cutting and sending them, and (de)serialising; per message, the
+payload and frame bytes and the bytes the comm wrote.
+
+Stopping: a part whose task was cancelled (``client.cancel``, the client gone) notices
+within :data:`POLL_SECONDS`; a part that fails aborts its worker's share of the run; the
+client (:func:`gather_direct`) aborts the run on every worker when a worker is lost, a
+part fails or the caller is interrupted, so no task is left waiting for a piece.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import CancelledError
+from typing import Any
+
+from distributed import Client, Future, get_worker, secede, wait
+from distributed.worker import thread_state
+
+from ..slabs import PartPlan, Slab, part_layer_step, piece_for
+from .exchange import EXTENSION, PieceExchange, RunAborted, pack, unpack, wait_pieces
+from .faults import WorkerLostError, connected
+
+#: How often a waiting part checks that its task is still wanted, and the client that
+#: the run's workers are still connected.
+POLL_SECONDS = 0.1
+
+#: Seconds a part waits with no piece arriving before giving up (a last resort: lost
+#: workers and cancellations are noticed within ``POLL_SECONDS``).
+PIECE_TIMEOUT = 600.0
+
+#: Per (part, layer) timing columns the direct transport adds to the layer records.
+TIMING_COLUMNS = ["layer", "wait_s", "send_s", "serialise_s", "deserialise_s"]
+
+#: One row per message sent between workers.
+MESSAGE_COLUMNS = ["group", "layer", "source", "parts", "sender", "receiver",
+                   "payload_bytes", "frame_bytes", "wire_bytes"]
+
+
+def ensure_exchange(client: Client) -> None:
+    """Register :class:`~.exchange.PieceExchange` on the workers that lack it (and, with
+    the scheduler, on every worker that joins later)."""
+    has = client.run(lambda dask_worker: EXTENSION in dask_worker.extensions)
+    if not all(has.values()):
+        client.register_plugin(PieceExchange(), name=EXTENSION)
+
+
+async def _connect_peers(dask_worker: Any, peers: list[str]) -> int:
+    return await dask_worker.extensions[EXTENSION].connect_peers(peers)
+
+
+def connect_peers(client: Client, workers: list[str]) -> None:
+    """Open every worker pair's connection before the clock starts."""
+    client.run(_connect_peers, peers=workers, workers=workers)
+
+
+def _abort(dask_worker: Any, token: str, strategy: str, lost: list[str], reason: str) -> bool:
+    exchange = dask_worker.extensions.get(EXTENSION)
+    if exchange is None:
+        return False
+    error: BaseException = (WorkerLostError(strategy, lost) if lost
+                            else RunAborted(f"{strategy} run {token} aborted: {reason}"))
+    return exchange.abort(token, error)
+
+
+def abort_run(client: Client, token: str, *, strategy: str, lost: list[str] = (),
+              reason: str = "") -> None:
+    """Stop run ``token`` on every connected worker and drop its state there."""
+    try:
+        client.run(_abort, token=token, strategy=strategy, lost=list(lost), reason=reason,
+                   workers=sorted(connected(client)), on_error="ignore")
+    except Exception:  # best effort: the tasks' own checks still stop them
+        pass
+
+
+def _active(dask_worker: Any) -> list[str]:
+    exchange = dask_worker.extensions.get(EXTENSION)
+    return exchange.active() if exchange is not None else []
+
+
+def active_runs(client: Client) -> dict[str, list[str]]:
+    """Worker -> tokens of the direct runs with state there (empty when all is clean)."""
+    return client.run(_active)
+
+
+def run_part(plan: PartPlan, slab: Slab, *, token: str, group: int, route: list[str],
+             expected: int, n_layers: int, strategy: str = "model",
+             poll: float = POLL_SECONDS, timeout: float = PIECE_TIMEOUT) -> dict[str, Any]:
+    """Run every layer of one part of one row group (a task on the part's worker).
+
+    Parameters
+    ----------
+    plan, slab
+        The part's plan and its level-0 slab.
+    token, group
+        The run's token and the part's row group.
+    route
+        Worker of every part of the group (``route[p]``).
+    expected
+        Parts of this run (all groups) hosted on this worker.
+    n_layers
+        Layers to run.
+
+    Returns
+    -------
+    dict
+        ``slab`` (the last level, with the part's trace), ``timing`` (tuples of
+        :data:`TIMING_COLUMNS`), ``messages`` (tuples of :data:`MESSAGE_COLUMNS`).
+    """
+    worker = get_worker()
+    exchange: PieceExchange | None = worker.extensions.get(EXTENSION)
+    if exchange is None:
+        raise RuntimeError("this worker has no sdnn exchange plugin; use "
+                           "ModelParallelExecutor, which registers it")
+    key = thread_state.key
+    here = worker.address
+    part = plan.part
+    secede()  # parts sharing this worker must run at the same time
+    run = exchange.join(token, expected=expected, peers=route, strategy=strategy)
+
+    def alive() -> None:
+        ts = worker.state.tasks.get(key)
+        if ts is None or ts.state in ("cancelled", "released", "forgotten"):
+            raise RunAborted(f"{strategy} run {token}: part {part} of group {group} "
+                             "was cancelled")
+
+    timing: list[tuple] = []
+    sent: list[list[Any]] = []
+    checked = 0
+    try:
+        for layer in range(1, n_layers + 1):
+            lp = plan.layers[layer - 1]
+            start = time.perf_counter()
+            serialise = 0.0
+            readers: dict[str, list[int]] = {}
+            for p in plan.destinations(layer):
+                readers.setdefault(route[p], []).append(p)
+            for where, parts in readers.items():
+                if where == here:  # same process: the readers take the slab itself
+                    run.put(group, layer, parts, part, slab)
+                    continue
+                piece = piece_for(lp, parts, slab)
+                t0 = time.perf_counter()
+                payload, frame_bytes = pack(piece)
+                serialise += time.perf_counter() - t0
+                msg = {"op": "piece", "token": token, "group": group, "layer": layer,
+                       "source": part, "parts": parts, "payload": payload, "reply": False}
+                sent.append([group, layer, part, tuple(parts), here, where, piece.nbytes,
+                             frame_bytes, exchange.send(where, msg)])
+            send = time.perf_counter() - start
+            while checked < len(sent) and sent[checked][-1].done():
+                sent[checked][-1].result()  # raises WorkerLostError if it failed
+                checked += 1
+            t0 = time.perf_counter()
+            got = wait_pieces(run, (group, layer, part), plan.sources(layer), alive=alive,
+                              poll=poll, timeout=timeout)
+            waited = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            received = {q: unpack(v) for q, v in got.items()}
+            deserialise = time.perf_counter() - t0
+            slab = part_layer_step(plan, layer, slab, received)
+            timing.append((layer, waited, send, serialise, deserialise))
+        for record in sent:  # every piece written: the bytes the comm reported
+            record[-1] = record[-1].result(timeout=timeout)
+    except WorkerLostError as error:
+        error = WorkerLostError(strategy, error.lost, f" (part {part} of group {group} on "
+                                f"{here} saw it)")
+        exchange.abort(token, error)
+        raise error from None
+    except BaseException as error:
+        exchange.abort(token, error)  # the other parts here stop too
+        raise
+    finally:
+        exchange.leave(token)
+    return {"slab": slab, "timing": timing, "messages": [tuple(r) for r in sent]}
+
+
+def gather_direct(client: Client, futures: list[Future], workers: set[str], *, token: str,
+                  strategy: str, poll: float = POLL_SECONDS) -> list[Any]:
+    """Wait for a direct run's part tasks, stopping the whole run on any trouble.
+
+    A worker of the run leaving, a part failing, the run's tasks being cancelled, or the
+    caller being interrupted (``KeyboardInterrupt``) aborts the run on every worker and
+    cancels its tasks; then :exc:`WorkerLostError` (naming the lost workers), the part's
+    own error, :exc:`~.exchange.RunAborted` or the interruption is raised.
+    """
+    try:
+        while True:
+            try:
+                with client.as_current():
+                    wait(futures, timeout=poll)
+            except (TimeoutError, CancelledError):
+                pass
+            lost = workers - connected(client)
+            if not lost and any(f.cancelled() for f in futures):
+                time.sleep(poll)  # a worker's loss may cancel first and report after
+                lost = workers - connected(client)
+                if not lost:
+                    raise RunAborted(f"{strategy} run {token} was cancelled: its part tasks "
+                                     "were cancelled with no worker lost")
+            if lost:
+                raise WorkerLostError(strategy, lost)
+            failed = [f for f in futures if f.status == "error"]
+            if failed:
+                failed[0].result()  # raises the part's own error
+            if all(f.done() for f in futures):
+                return client.gather(futures)
+    except BaseException as error:
+        lost = list(getattr(error, "lost", []))
+        abort_run(client, token, strategy=strategy, lost=lost, reason=repr(error))
+        client.cancel(futures)
+        raise
