@@ -105,6 +105,11 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
                    help="row groups R of the hybrid, each run by its own k parts (2)")
     g.add_argument("--epsilon", type=float, default=0.03,
                    help="hypergraph partitioning's imbalance bound (0.03)")
+    g.add_argument("--transport", default="direct",
+                   help="how parts exchange activations: direct (worker to worker, one "
+                        "long-running task per part) or graph (a Dask task per part and "
+                        "layer, through the scheduler); compare takes a list, e.g. "
+                        "direct,graph (direct)")
 
 
 def _add_problem_arguments(parser: argparse.ArgumentParser) -> None:
@@ -305,6 +310,7 @@ def cmd_infer(args: argparse.Namespace) -> int:
             raise SystemExit(f"error: --strategy {args.strategy} takes a neuron partition "
                              f"{NEURON_PARTITIONS}, not {args.partition!r}")
         row_groups = args.row_groups if args.strategy == "hybrid" else 1
+        [transport] = _one_transport(args.transport)
         with _cluster_client(args, progress) as client:
             executor = ModelParallelExecutor(client, problem.network)
             k = args.parts or executor.n_workers
@@ -312,7 +318,7 @@ def cmd_infer(args: argparse.Namespace) -> int:
             with progress.step(f"{args.strategy} parallelism: {row_groups} row group(s) x "
                                f"{k} parts ({method})"):
                 result = executor.run(problem.inputs, partition=part, row_groups=row_groups,
-                                      seed=args.seed)
+                                      seed=args.seed, transport=transport)
     print(f"{result.strategy}/{result.partition}: {result.n_inputs} inputs through "
           f"{result.network['name']} in {result.wall_seconds:.3f} s = "
           f"{result.edges_per_second:.4g} edges/s, {len(result.categories)} categories")
@@ -331,13 +337,30 @@ def _check_row_partition(name: str) -> None:
                          f"not {name!r}")
 
 
-def _names(value: str, allowed: Sequence[str], option: str) -> list[str]:
+def _names(value: str, allowed: Sequence[str], option: str, what: str = "partition(s)"
+           ) -> list[str]:
     """A comma-separated list of names (``none`` or empty: no names)."""
     names = [v.strip() for v in value.split(",") if v.strip() and v.strip() != "none"]
     unknown = sorted(set(names) - set(allowed))
     if unknown:
-        raise SystemExit(f"error: {option}: unknown partition(s) {unknown}; choose from "
+        raise SystemExit(f"error: {option}: unknown {what} {unknown}; choose from "
                          f"{', '.join(allowed)} (or none)")
+    return names
+
+
+def _transports(value: str) -> list[str]:
+    from .parallel import TRANSPORTS
+
+    names = _names(value, TRANSPORTS, "--transport", "transport(s)")
+    if not names:
+        raise SystemExit(f"error: --transport: name one of {', '.join(TRANSPORTS)}")
+    return list(dict.fromkeys(names))
+
+
+def _one_transport(value: str) -> list[str]:
+    names = _transports(value)
+    if len(names) != 1:
+        raise SystemExit("error: --transport: infer runs one transport; compare takes several")
     return names
 
 
@@ -372,12 +395,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     hybrid = _names(args.hybrid or default, NEURON_PARTITIONS, "--hybrid")
     if args.row_groups < 1:
         raise SystemExit("error: --row-groups must be at least 1")
+    transports = _transports(args.transport)
     problem = load_problem(args, progress)
     net, inputs = problem.network, problem.inputs
     progress.say(f"problem: {problem.source}: {inputs.shape[0]} inputs, {net.edges:,} edges")
     study = records.new_study_id()
     results: list[tuple[RunResult, str, str, float]] = []
-    total = (2 + len(partitions) + len(model) + len(hybrid)) * args.repeat
+    total = (2 + len(partitions) + (len(model) + len(hybrid)) * len(transports)) * args.repeat
     done = 0
 
     def record(result: RunResult, reference: RunResult) -> None:
@@ -387,7 +411,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         results.append((result, check, against, diff))
         moved = ("" if result.bytes_moved is None
                  else f"  {result.bytes_moved / 1e6:.1f} MB moved")
-        progress.say(f"[{done}/{total}] {result.strategy:<9} {result.partition:<10} "
+        how = f"{result.partition} {result.transport}" if result.transport else result.partition
+        progress.say(f"[{done}/{total}] {result.strategy:<9} {how:<17} "
                      f"{result.n_workers} workers x {result.n_blocks} blocks: "
                      f"{result.wall_seconds:8.3f} s  {result.edges_per_second:.3g} edges/s  "
                      f"{check}{moved}")
@@ -413,20 +438,22 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 result = executor.run(inputs, partition=partition, n_blocks=args.blocks,
                                       seed=args.seed)
                 record(result, reference)
-            for method in model:
-                record(model_executor.run(inputs, partition=neuron_parts[method]), reference)
-            for method in hybrid:
-                record(model_executor.run(inputs, partition=neuron_parts[method],
-                                          row_groups=args.row_groups, seed=args.seed),
-                       reference)
+            for transport in transports:
+                for method in model:
+                    record(model_executor.run(inputs, partition=neuron_parts[method],
+                                              transport=transport), reference)
+                for method in hybrid:
+                    record(model_executor.run(inputs, partition=neuron_parts[method],
+                                              row_groups=args.row_groups, seed=args.seed,
+                                              transport=transport), reference)
     frames = [records.run_records(res, study=study, check=check, check_against=against,
                                   max_abs_diff=diff) for res, check, against, diff in results]
     table = records.records_frame(frames)
     cmp = report.comparison(table)
     print()
-    print(report.to_text(cmp, ["strategy", "partition", "workers", "blocks", "parts",
-                               "seconds", "edges_per_s", "speedup", "vs_kernel", "imbalance",
-                               "mb_moved", "predicted_volume", "check"]))
+    print(report.to_text(cmp, ["strategy", "partition", "transport", "workers", "blocks",
+                               "parts", "seconds", "edges_per_s", "speedup", "vs_kernel",
+                               "imbalance", "mb_moved", "predicted_volume", "check"]))
     if not args.no_write:
         folder: Path = args.results
         records.append_records(table, folder / records.RECORDS_FILE)

@@ -37,6 +37,16 @@ def test_infer_passes_against_truth(challenge_folder, strategy, capsys):
     assert "PASS" in out and "edges/s" in out
 
 
+@pytest.mark.parametrize("transport", ["direct", "graph"])
+def test_infer_model_parallel_passes_on_either_transport(challenge_folder, transport, capsys):
+    code = main(["infer", "--data", str(challenge_folder), "-L", "12", "--strategy", "model",
+                 "--partition", "hash", "-k", "3", "--transport", transport, "--workers", "2",
+                 "-q"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "PASS" in out and "model/hash" in out
+
+
 def test_infer_fails_against_wrong_truth(challenge_folder, tmp_path, capsys):
     wrong = io.write_categories(tmp_path / "wrong.tsv", [0, 1, 2])
     code = main(["infer", "--data", str(challenge_folder), "-L", "12", "--strategy", "kernel",
@@ -67,6 +77,9 @@ def test_compare_main_job(challenge_folder, tmp_path):
         assert (rows["parts"] == 2).all() and (rows["bytes_moved"] > 0).all()
         assert (rows["predicted_volume"] > 0).all()
     assert (runs.loc[runs.strategy == "hybrid", "row_groups"] == 2).all()
+    parallel = runs.strategy.isin(["model", "hybrid"])
+    assert set(runs.loc[parallel, "transport"]) == {"direct"}  # the default
+    assert runs.loc[~parallel, "transport"].isna().all()
     hyper = runs[(runs.strategy == "model") & (runs.partition == "hypergraph")]
     block = runs[(runs.strategy == "model") & (runs.partition == "block")]
     assert hyper["bytes_moved"].max() < block["bytes_moved"].min()
