@@ -8,6 +8,7 @@ start is cancelled on the way out, and checked gone from ``squeue``.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import stat
@@ -161,17 +162,21 @@ def test_data_parallel_inference_on_slurm_workers(slurm):
 
 def test_model_parallel_inference_on_slurm_workers(slurm):
     """Model parallelism (k = 2) and the hybrid (2 row groups x 2 parts) on the two jobs:
-    right, with activations really crossing between the jobs (over TLS)."""
+    right on both transports, with activations really crossing between the jobs (over
+    TLS: the direct transport's worker-to-worker connections use the jobs' credentials)."""
     client, _, _, _ = slurm
     network = make_network(1024, 12, seed=2)
     inputs = make_inputs(1000, 1024, seed=2)
     reference = run_serial(network, inputs, "kernel")  # the parts' summation order
     executor = ModelParallelExecutor(client, network)
     workers = set(client.nthreads())
-    for row_groups, strategy in [(1, "model"), (2, "hybrid")]:
-        result = executor.run(inputs, partition="hash", k=2, row_groups=row_groups)
+    for (row_groups, strategy), transport in itertools.product(
+            [(1, "model"), (2, "hybrid")], ["direct", "graph"]):
+        result = executor.run(inputs, partition="hash", k=2, row_groups=row_groups,
+                              transport=transport)
         assert_same_result(result, reference)
         assert result.strategy == strategy and result.row_groups == row_groups
+        assert result.transport == transport
         assert result.n_workers == 2 and len(result.blocks) == 2 * row_groups
         # the parts ran on both SLURM workers, and Dask moved activations between them
         assert set(result.blocks["worker"]) == workers
