@@ -1,31 +1,35 @@
-"""Model parallelism by neuron partition: seconds, edges/s, bytes moved, predicted volume.
+"""Model parallelism against data parallelism, on both transports, in one process.
 
-On the official 1024-120 weights with the official rows 1..1200 tiled (``--tile``), runs
-model-parallel inference on a LocalCluster for every neuron partition (contiguous blocks,
-layer hashing, a random permutation, Mt-KaHyPar hypergraph partitioning) at each ``k``,
-interleaved round by round, and prints per (k, partition) the median seconds and edges/s,
-the bytes Dask moved between workers, the partition's predicted volume (km1, activation
-columns), the time taken to partition, and the ratios against contiguous blocks and the
-serial kernel measured in the same process. Every output is checked against the serial
-kernel. Run::
+On the official 1024-120 weights with the official rows 1..1200 tiled (``--tile``, 50 by
+default: 60000 inputs), on a LocalCluster of ``--workers`` workers, interleaved round by
+round (medians of ``--repeat``):
+
+- the per-layer latency probe: 20 rows through 120 layers, k = 2 and 4, direct and graph
+  (milliseconds per layer: almost no arithmetic, so this is the exchange's cost);
+- the serial kernel, data parallelism (hash rows, one block per worker), model parallelism
+  at k = 2 with every ``--partitions`` method on both transports, and the hybrid 2 x 2
+  (``--hybrid`` partition) on both transports;
+
+and prints per configuration the seconds, edges/s, the parts' (or blocks') summed compute,
+the parts' summed waiting and sending, the MB moved, and the ratios the direct-transport
+issue set targets for. Every output is checked against the serial kernel and its
+categories against the official truth. Run::
 
     pip install -e ".[partition]"
     python benchmarks/bench_model_parallel.py [--data ../shared/data/graphchallenge]
-        [--tile 20] [-k 2 4] [--workers 2 | --workers per-part] [--repeat 3]
-
-``--workers per-part`` starts one worker per part (``k`` workers, even past the cores), so
-every part-to-part exchange crosses workers, as in the papers; with fewer workers than
-parts, parts on one worker share what they receive (see ``sdnn_dask.parallel.model``).
+        [--tile 50] [--workers 2] [--repeat 3] [--partitions block,hash,hypergraph]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import statistics
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -34,8 +38,9 @@ import scipy.sparse as sp
 from sdnn_dask import io
 from sdnn_dask.cluster import local_client
 from sdnn_dask.kernels import forward_block, warm_up_kernels
-from sdnn_dask.parallel import ModelParallelExecutor
-from sdnn_dask.partition import NEURON_PARTITIONS, make_neuron_partition
+from sdnn_dask.parallel import TRANSPORTS, DataParallelExecutor, ModelParallelExecutor
+from sdnn_dask.partition import make_neuron_partition
+from sdnn_dask.reference import categories
 from sdnn_dask.result import compare_outputs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,13 +54,16 @@ def default_data() -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=default_data())
-    parser.add_argument("--tile", type=int, default=20,
-                        help="copies of the official 1200 rows (20: 24000 inputs)")
-    parser.add_argument("-k", type=int, nargs="+", default=[2, 4], help="parts (2 4)")
-    parser.add_argument("--workers", default="2",
-                        help="LocalCluster workers, or 'per-part' for k workers (2)")
-    parser.add_argument("--partitions", default=",".join(NEURON_PARTITIONS))
+    parser.add_argument("--tile", type=int, default=50,
+                        help="copies of the official 1200 rows (50: 60000 inputs)")
+    parser.add_argument("--workers", type=int, default=2, help="LocalCluster workers (2)")
+    has_kahypar = importlib.util.find_spec("mtkahypar") is not None
+    parser.add_argument("--partitions",
+                        default="block,hash,hypergraph" if has_kahypar else "block,hash")
+    parser.add_argument("--hybrid", default="hypergraph" if has_kahypar else "hash",
+                        help="neuron partition of the hybrid 2 x 2")
     parser.add_argument("--repeat", type=int, default=3, help="rounds; medians are shown (3)")
+    parser.add_argument("--probe-rows", type=int, default=20)
     args = parser.parse_args(argv)
     logging.getLogger("distributed").setLevel(logging.ERROR)
     methods = [m for m in args.partitions.split(",") if m]
@@ -65,70 +73,120 @@ def main(argv: list[str] | None = None) -> int:
                          "$SDNN_GRAPHCHALLENGE_DATA)")
     net = io.read_network(args.data, 1024, 120)
     rows = io.read_inputs(args.data / "sparse-images-1024-rows1-1200.tsv.gz", 1024)
+    truth = io.read_categories(args.data / "neuron1024-l120-categories.tsv.gz")
+    truth = truth[truth < rows.shape[0]]
     inputs = sp.vstack([rows] * args.tile, format="csr")
+    truth = np.concatenate([truth + i * rows.shape[0] for i in range(args.tile)])
     n = inputs.shape[0]
     print(f"network {net.name}: {net.edges:,} edges; inputs: official rows 1..1200 x "
-          f"{args.tile} = {n:,}; cores: {os.cpu_count()}", flush=True)
+          f"{args.tile} = {n:,}; {args.workers} workers; cores: {os.cpu_count()}", flush=True)
 
     warm_up_kernels()
-    serial = []
-    for _ in range(args.repeat):
-        start = time.perf_counter()
-        expected = forward_block(net, inputs).to_csr()
-        serial.append(time.perf_counter() - start)
-    kernel_s = statistics.median(serial)
-    print(f"serial kernel: {kernel_s:.3f} s = {n * net.edges / kernel_s:.3g} edges/s",
-          flush=True)
+    expected = forward_block(net, inputs).to_csr()
+    if not np.array_equal(categories(expected), truth):
+        print("FAIL: the serial kernel's categories are not the truth", file=sys.stderr)
+        return 1
+    parts = {m: make_neuron_partition(net, 2, m, cache=True)
+             for m in dict.fromkeys([*methods, args.hybrid])}
+    for m, p in parts.items():
+        print(f"k=2 {m}: km1 {int(p.volume(net)['km1'].sum()):,}, partitioned in "
+              f"{p.seconds:.1f} s", flush=True)
 
-    rows_out = []
-    for k in args.k:
-        workers = k if args.workers == "per-part" else int(args.workers)
-        parts = {}
-        for m in methods:
-            # hypergraph: the time it took to make (read back from the cache if made before)
-            parts[m] = make_neuron_partition(net, k, m, cache=True)
-            print(f"k={k} {m}: partitioned in {parts[m].seconds:.1f} s, km1 "
-                  f"{int(parts[m].volume(net)['km1'].sum()):,}", flush=True)
-        with local_client(workers) as client:
-            executor = ModelParallelExecutor(client, net)
-            times: dict[str, list[float]] = {m: [] for m in methods}
-            moved: dict[str, list[int]] = {m: [] for m in methods}
-            for r in range(args.repeat):
-                for m in methods:  # interleaved: slow drifts of the VM hit every method alike
-                    result = executor.run(inputs, partition=parts[m])
-                    agreement = compare_outputs(result.output, expected)
-                    if not agreement.ok:
-                        print(f"FAIL k={k} {m}: {agreement.detail}", file=sys.stderr)
-                        return 1
-                    times[m].append(result.wall_seconds)
-                    moved[m].append(result.bytes_moved)
-                    print(f"  round {r + 1} k={k} {m:<10} {result.wall_seconds:7.2f} s  "
-                          f"{result.bytes_moved / 1e6:8.1f} MB", flush=True)
-        for m in methods:
-            seconds = statistics.median(times[m])
-            rows_out.append({
-                "k": k, "workers": workers, "partition": m, "seconds": seconds,
-                "edges_per_s": n * net.edges / seconds,
-                "mb_moved": statistics.median(moved[m]) / 1e6,
-                "km1": int(parts[m].volume(net)["km1"].sum()),
-                "partition_s": parts[m].seconds,
-                "max_imbalance": float(np.max(parts[m].imbalance(net))),
-            })
+    seconds: dict[str, list[float]] = defaultdict(list)
+    stats: dict[str, list[dict[str, float]]] = defaultdict(list)
+    with local_client(args.workers) as client:
+        data = DataParallelExecutor(client, net)
+        model = ModelParallelExecutor(client, net)
+        probe = rows[: args.probe_rows]
+        latency: dict[tuple[int, str], float] = {}
+        for k in (2, 4):
+            for transport in TRANSPORTS:
+                model.run(probe, partition="block", k=k, transport=transport)  # warm
+                runs = [model.run(probe, partition="block", k=k, transport=transport)
+                        for _ in range(5)]
+                latency[k, transport] = (statistics.median(r.wall_seconds for r in runs)
+                                         / net.n_layers * 1e3)
+                print(f"latency k={k} {transport:<6} {latency[k, transport]:6.2f} ms/layer",
+                      flush=True)
 
-    print(f"\n{'k':>2} {'workers':>7} {'partition':<10} {'seconds':>8} {'edges/s':>9} "
-          f"{'MB moved':>9} {'km1':>9} {'part. s':>8} {'imbal.':>6} {'bytes/blk':>9} "
-          f"{'speed/blk':>9} {'vs kernel':>9}")
-    for row in rows_out:
-        block = next(r for r in rows_out if r["k"] == row["k"] and r["partition"] == "block") \
-            if "block" in methods else row
-        print(f"{row['k']:>2} {row['workers']:>7} {row['partition']:<10} "
-              f"{row['seconds']:>8.2f} {row['edges_per_s']:>9.3g} {row['mb_moved']:>9.1f} "
-              f"{row['km1']:>9,} {row['partition_s']:>8.1f} {row['max_imbalance']:>6.3f} "
-              f"{row['mb_moved'] / block['mb_moved'] if block['mb_moved'] else 0:>9.3f} "
-              f"{block['seconds'] / row['seconds']:>9.2f} {kernel_s / row['seconds']:>9.3f}")
-    print("\nbytes/blk: MB moved / contiguous blocks' (lower is better); speed/blk: blocks' "
-          "seconds / these seconds (higher is better); vs kernel: serial kernel seconds / "
-          "these seconds.")
+        configs = [("data hash", lambda: data.run(inputs, partition="hash"))]
+        for transport in TRANSPORTS:
+            for m in methods:
+                configs.append((f"model {m} {transport}",
+                                lambda m=m, t=transport: model.run(inputs, partition=parts[m],
+                                                                   transport=t)))
+            configs.append((f"hybrid 2x2 {args.hybrid} {transport}",
+                            lambda t=transport: model.run(inputs, partition=parts[args.hybrid],
+                                                          row_groups=2, transport=t)))
+        for _, run in configs:  # warm-up: place every plan, open every connection
+            run()
+        for r in range(args.repeat):
+            start = time.perf_counter()
+            forward_block(net, inputs)
+            seconds["kernel"].append(time.perf_counter() - start)
+            for name, run in configs:  # interleaved: the VM's drifts hit every one alike
+                result = run()
+                agreement = compare_outputs(result.output, expected)
+                if not agreement.ok or not np.array_equal(result.categories, truth):
+                    print(f"FAIL {name}: {agreement.detail}", file=sys.stderr)
+                    return 1
+                seconds[name].append(result.wall_seconds)
+                layers = result.layers
+                stats[name].append({
+                    "compute": float(result.blocks["compute_s"].sum()),
+                    "wait": float(layers["wait_s"].sum()) if "wait_s" in layers else np.nan,
+                    "send": float(layers["send_s"].sum()) if "send_s" in layers else np.nan,
+                    "mb": (result.bytes_moved or 0) / 1e6,
+                })
+                print(f"  round {r + 1} {name:<28} {result.wall_seconds:7.3f} s", flush=True)
+
+    med = {name: statistics.median(v) for name, v in seconds.items()}
+
+    def stat(name: str, key: str) -> float:
+        return statistics.median(s[key] for s in stats[name])
+
+    dp = med["data hash"]
+    print(f"\n{'configuration':<28} {'seconds':>8} {'edges/s':>9} {'compute':>8} "
+          f"{'wait':>7} {'send':>7} {'MB moved':>9} {'vs data':>8} {'vs kernel':>9} "
+          f"{'compute vs data':>15}")
+    for name in ["kernel", *[c for c, _ in configs]]:
+        s = med[name]
+        row = f"{name:<28} {s:>8.3f} {n * net.edges / s:>9.3g}"
+        if name == "kernel":
+            print(row)
+            continue
+        compute = stat(name, "compute")
+        print(f"{row} {compute:>8.3f} {stat(name, 'wait'):>7.3f} {stat(name, 'send'):>7.3f} "
+              f"{stat(name, 'mb'):>9.1f} {s / dp:>8.2f} {med['kernel'] / s:>9.2f} "
+              f"{compute / stat('data hash', 'compute'):>15.2f}")
+    print("\ncompute, wait, send: seconds summed over the parts (data: over the blocks); "
+          "vs data: seconds / data parallelism's (lower is better); vs kernel: serial "
+          "kernel seconds / these; compute vs data: summed compute / data parallelism's.")
+
+    print("\ntargets (issue: direct transport)")
+    print(f"  latency, 20 rows, k=2: direct {latency[2, 'direct']:.2f} ms/layer (<= 1), graph "
+          f"{latency[2, 'graph']:.2f}; k=4: direct {latency[4, 'direct']:.2f} (<= 2), graph "
+          f"{latency[4, 'graph']:.2f}")
+    best = "hypergraph" if "hypergraph" in methods else methods[-1]
+    print(f"  model k=2 {best} direct / data: {med[f'model {best} direct'] / dp:.2f} (<= 1.25)")
+    print(f"  hybrid 2x2 direct / data: {med[f'hybrid 2x2 {args.hybrid} direct'] / dp:.2f} "
+          "(<= 1.5)")
+    for m in methods:
+        print(f"  graph / direct, model k=2 {m}: "
+              f"{med[f'model {m} graph'] / med[f'model {m} direct']:.2f} (>= 3)")
+    for m in methods:
+        name = f"model {m} direct"
+        print(f"  parts' compute / data blocks' compute, {m}: "
+              f"{stat(name, 'compute') / stat('data hash', 'compute'):.2f} (<= 1.2)")
+    if "block" in methods and best != "block":
+        b, h = "model block direct", f"model {best} direct"
+        saved = med[b] - med[h]
+        k = 2
+        d_compute = (stat(b, "compute") - stat(h, "compute")) / k
+        d_comm = (stat(b, "wait") + stat(b, "send") - stat(h, "wait") - stat(h, "send")) / k
+        print(f"  {best} vs block, direct: {med[b] / med[h]:.2f}x as fast ({saved:+.3f} s), "
+              f"{stat(b, 'mb') / stat(h, 'mb'):.2f}x fewer bytes; per part "
+              f"{d_comm:+.3f} s less waiting and sending, {d_compute:+.3f} s less compute")
     return 0
 
 
