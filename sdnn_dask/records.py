@@ -50,7 +50,8 @@ nnz_out, seconds``, and for model/hybrid runs what the part received in the laye
 direct transport, or by Dask for the graph one), ``transfers_in``, ``nnz_in`` and
 ``rows_received``; with the direct transport also where the part's time went besides
 ``seconds`` (its step): ``wait_s`` (waiting for pieces), ``send_s`` (cutting, serialising
-and queueing its pieces), ``serialise_s`` (part of ``send_s``) and ``deserialise_s``.
+and queueing its pieces), ``serialise_s`` (part of ``send_s``), ``deserialise_s`` and
+``transit_s`` (the slowest remote piece's time from queued on its sender to filed here).
 
 Files are appended atomically: the new table is written beside the old one and renamed
 over it, so an interrupted write leaves the old file intact.
@@ -82,7 +83,7 @@ RUN_COLUMNS = [
 ]
 LAYER_COLUMNS = ["study", "run_id", "block", "layer", "mode", "rows_in", "rows_out",
                  "nnz_out", "seconds", "columns_in", "bytes_in", "transfers_in", "nnz_in",
-                 "rows_received", "wait_s", "send_s", "serialise_s", "deserialise_s"]
+                 "rows_received", "wait_s", "send_s", "serialise_s", "deserialise_s", "transit_s"]
 RECORDS_FILE = "records.csv"
 LAYERS_FILE = "layers.csv"
 

@@ -16,8 +16,10 @@ memory, a part elsewhere one piece per worker with the columns its parts there r
 tasks and reports failures; it takes no part in the per-layer exchange.
 
 Per part and layer the task records the step's compute (the part's trace), the time
-waiting for pieces, cutting and sending them, and (de)serialising; per message, the
-payload and frame bytes and the bytes the comm wrote.
+waiting for pieces, cutting and sending them, (de)serialising, and the transit of the
+slowest remote piece (queued on its sender to filed here: the part of the wait the wire
+and the event loops account for; the rest is the sender finishing its own step later);
+per message, the payload and frame bytes and the bytes the comm wrote.
 
 Stopping: a part whose task was cancelled (``client.cancel``, the client gone) notices
 within :data:`POLL_SECONDS`; a part that fails aborts its worker's share of the run; the
@@ -35,7 +37,15 @@ from distributed import Client, Future, get_worker, secede, wait
 from distributed.worker import thread_state
 
 from ..slabs import PartPlan, Slab, part_layer_step, piece_for
-from .exchange import EXTENSION, PieceExchange, RunAborted, pack, unpack, wait_pieces
+from .exchange import (
+    EXTENSION,
+    Arrived,
+    PieceExchange,
+    RunAborted,
+    pack,
+    unpack,
+    wait_pieces,
+)
 from .faults import WorkerLostError, connected
 
 #: How often a waiting part checks that its task is still wanted, and the client that
@@ -47,7 +57,8 @@ POLL_SECONDS = 0.1
 PIECE_TIMEOUT = 600.0
 
 #: Per (part, layer) timing columns the direct transport adds to the layer records.
-TIMING_COLUMNS = ["layer", "wait_s", "send_s", "serialise_s", "deserialise_s"]
+TIMING_COLUMNS = ["layer", "wait_s", "send_s", "serialise_s", "deserialise_s",
+                  "transit_s"]
 
 #: One row per message sent between workers.
 MESSAGE_COLUMNS = ["group", "layer", "source", "parts", "sender", "receiver",
@@ -161,7 +172,8 @@ def run_part(plan: PartPlan, slab: Slab, *, token: str, group: int, route: list[
                 payload, frame_bytes = pack(piece)
                 serialise += time.perf_counter() - t0
                 msg = {"op": "piece", "token": token, "group": group, "layer": layer,
-                       "source": part, "parts": parts, "payload": payload, "reply": False}
+                       "source": part, "parts": parts, "payload": payload,
+                       "sent": time.time(), "reply": False}
                 sent.append([group, layer, part, tuple(parts), here, where, piece.nbytes,
                              frame_bytes, exchange.send(where, msg)])
             send = time.perf_counter() - start
@@ -172,11 +184,14 @@ def run_part(plan: PartPlan, slab: Slab, *, token: str, group: int, route: list[
             got = wait_pieces(run, (group, layer, part), plan.sources(layer), alive=alive,
                               poll=poll, timeout=timeout)
             waited = time.perf_counter() - t0
+            # transit: the slowest remote piece, from queued there to filed here
+            transit = max((v.arrived - v.sent for v in got.values()
+                           if isinstance(v, Arrived)), default=0.0)
             t0 = time.perf_counter()
             received = {q: unpack(v) for q, v in got.items()}
             deserialise = time.perf_counter() - t0
             slab = part_layer_step(plan, layer, slab, received)
-            timing.append((layer, waited, send, serialise, deserialise))
+            timing.append((layer, waited, send, serialise, deserialise, transit))
         for record in sent:  # every piece written: the bytes the comm reported
             record[-1] = record[-1].result(timeout=timeout)
     except WorkerLostError as error:

@@ -59,9 +59,21 @@ def pack(obj: Any) -> tuple[Serialized, int]:
 
 def unpack(payload: Any) -> Any:
     """The object a message carried (already an object on an in-process comm)."""
+    if isinstance(payload, Arrived):
+        payload = payload.payload
     if isinstance(payload, Serialized):
         return deserialize(payload.header, payload.frames)
     return payload
+
+
+class Arrived:
+    """A piece that came from another worker: its payload, when it was queued there and
+    when it was filed here (``time.time()`` of each machine)."""
+
+    __slots__ = ("arrived", "payload", "sent")
+
+    def __init__(self, payload: Any, sent: float, arrived: float):
+        self.payload, self.sent, self.arrived = payload, sent, arrived
 
 
 class _Run:
@@ -197,7 +209,7 @@ class PieceExchange(WorkerPlugin):
                 run = self._run(msg["token"])
                 if run is not None:  # None: the run already ended here
                     run.put(msg["group"], msg["layer"], msg["parts"], msg["source"],
-                            msg["payload"])
+                            Arrived(msg["payload"], msg.get("sent", 0.0), time.time()))
         except (CommClosedError, OSError):
             self._peer_lost(sender)
         return Status.dont_reply

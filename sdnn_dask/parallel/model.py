@@ -424,7 +424,7 @@ class ModelParallelExecutor:
             wire = messages.groupby("layer")["wire_bytes"].sum()
             communication["wire_bytes"] = (communication["layer"].map(wire).fillna(0)
                                            .astype(np.int64))
-            for column in ("wait_s", "send_s", "serialise_s", "deserialise_s"):
+            for column in ("wait_s", "send_s", "serialise_s", "deserialise_s", "transit_s"):
                 communication[column] = communication["layer"].map(
                     layers.groupby("layer")[column].sum())
         # columns_in sums over groups: every group exchanges the partition's volume
