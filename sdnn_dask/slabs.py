@@ -2,7 +2,8 @@
 
 In model parallelism each part owns some neurons of every level. Its activations for a
 level are a :class:`Slab`: the rows (global ids) that have a nonzero in the part's columns,
-and those rows' values for its columns, as CSR. One layer on part ``p`` is::
+and those rows' values for its columns, column-major: a CSC, or a dense ``columns x rows``
+tile when that is smaller (at least half the entries nonzero). One layer on part ``p`` is::
 
     Y_l[:, own_p] = Y_{l-1}[:, needed_p] @ W_l[needed_p, own_p]   (+ bias, clamp)
 
@@ -12,16 +13,26 @@ parts send ``p`` only the columns of ``needed_p`` they own (:func:`take_columns`
 kernel (:func:`~sdnn_dask.kernels.sparse_step` or :func:`~sdnn_dask.kernels.dense_step`)
 on the part's slice of the weights. :func:`make_part_plans` precomputes every part's
 slices and index maps once per (network, partition).
+
+Column-major, because the dense step reads and writes transposed (``neurons x rows``)
+tiles: a column is one tile row, so filling an input tile from a slab, and a slab from an
+output tile, are contiguous copies or scans, never a strided write per entry.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 
+import llvmlite.binding
 import numba
 import numpy as np
 import scipy.sparse as sp
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from . import config
 from .kernels import _ROW_TILE, _SETUP_ROWS, dense_step, sparse_step
@@ -39,12 +50,22 @@ PART_TRACE_COLUMNS = [
 class Slab:
     """One part's activations for some columns of one level.
 
+    The values are held in exactly one of two column-major forms, whichever is smaller:
+    ``csc`` (8 bytes a nonzero) or ``tile`` (4 bytes an entry, so once at least half the
+    entries are nonzero).
+
     Attributes
     ----------
     rows
         Sorted global ids (int64) of the rows that have a nonzero in these columns.
-    values
-        ``len(rows) x columns`` float32 CSR with sorted column indices.
+    csc
+        ``len(rows) x columns`` float32 CSC: per column, the positions in ``rows`` of its
+        nonzeros (increasing, int32) and their values; or ``None``.
+    tile
+        ``columns x len(rows)`` float32 C-contiguous array (the values transposed, as the
+        dense step's tiles are), or ``None``.
+    tile_nnz
+        Nonzeros of ``tile`` (counted when not given).
     trace
         Per-layer tuples (:data:`PART_TRACE_COLUMNS`) of the part that made it, carried
         from layer to layer so the last slab holds the part's whole history.
@@ -56,23 +77,48 @@ class Slab:
     """
 
     rows: np.ndarray
-    values: sp.csr_matrix
+    csc: sp.csc_matrix | None = None
+    tile: np.ndarray | None = None
     trace: list[tuple] = field(default_factory=list, repr=False)
     columns: np.ndarray | None = None
+    tile_nnz: int | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if (self.csc is None) == (self.tile is None):
+            raise ValueError("a Slab holds its values as exactly one of csc or tile")
+        if self.tile is not None and self.tile_nnz is None:
+            self.tile_nnz = int(np.count_nonzero(self.tile))
 
     @property
     def nbytes(self) -> int:
         """Bytes of the arrays it holds (what a transfer carries, before framing)."""
-        v = self.values
-        extra = 0 if self.columns is None else self.columns.nbytes
-        return int(self.rows.nbytes + v.indptr.nbytes + v.indices.nbytes + v.data.nbytes
-                   + extra)
+        total = self.rows.nbytes + (0 if self.columns is None else self.columns.nbytes)
+        if self.tile is not None:
+            return int(total + self.tile.nbytes)
+        v = self.csc
+        return int(total + v.indptr.nbytes + v.indices.nbytes + v.data.nbytes)
+
+    @property
+    def n_columns(self) -> int:
+        """Columns it holds."""
+        return int(self.tile.shape[0] if self.tile is not None else self.csc.shape[1])
+
+    @property
+    def nnz(self) -> int:
+        """Nonzero values it holds."""
+        return int(self.tile_nnz if self.tile is not None else self.csc.nnz)
+
+    def to_csr(self) -> sp.csr_matrix:
+        """The values as a ``len(rows) x columns`` float32 CSR."""
+        if self.tile is not None:
+            return as_csr32(sp.csr_matrix(self.tile.T))
+        return as_csr32(self.csc.tocsr())
 
     @classmethod
     def empty(cls, columns: int, trace: list[tuple] | None = None) -> Slab:
         """A slab with no rows."""
-        return cls(np.empty(0, np.int64), sp.csr_matrix((0, columns), dtype=np.float32),
-                   list(trace or []))
+        return cls(np.empty(0, np.int64), csc=sp.csc_matrix((0, columns), dtype=np.float32),
+                   trace=list(trace or []))
 
     @classmethod
     def from_rows(cls, matrix: sp.spmatrix | sp.sparray, columns: np.ndarray) -> Slab:
@@ -80,7 +126,91 @@ class Slab:
         csr = as_csr32(matrix)
         colmap = np.full(csr.shape[1], -1, np.int64)
         colmap[columns] = np.arange(len(columns))
-        return _select(csr, colmap, len(columns), np.arange(csr.shape[0], dtype=np.int64))
+        op, oi, ox, kept = _select_columns(csr.indptr, csr.indices, csr.data, colmap)
+        cp, ci, cx = _csr_to_csc(op, oi, ox, len(columns))
+        return cls(kept, csc=_csc(cx, ci, cp, len(kept), len(columns)))
+
+
+def _csc(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, n_rows: int,
+         n_columns: int) -> sp.csc_matrix:
+    """A ``n_rows x n_columns`` CSC from arrays already canonical (sorted, no zeros)."""
+    m = sp.csc_matrix((data, indices, indptr), shape=(n_rows, n_columns), copy=False)
+    m.has_sorted_indices = True  # known; spares scipy a scan if it ever asks
+    return m
+
+
+# --- Appending a run's nonzeros: AVX-512 compress-store where the CPU has it -------------
+
+_LANES = 16
+
+
+@intrinsic
+def _compress16(typingctx, src, start, rank, rstart, oi, ox, w):  # pragma: no cover
+    """Append the nonzeros of ``src[start:start + 16]`` to ``ox`` from ``w``, and the
+    matching ``rank[rstart:rstart + 16]`` to ``oi``; returns how many (LLVM's
+    ``masked.compressstore``: one ``vcompressps`` per array with AVX-512)."""
+    sig = types.intp(src, start, rank, rstart, oi, ox, w)
+
+    def codegen(context, builder, signature, args):
+        s_, start_, r_, rstart_, oi_, ox_, w_ = args
+        s_ty, _, r_ty, _, oi_ty, ox_ty, _ = signature.args
+        f32, i32 = ir.FloatType(), ir.IntType(32)
+        vf, vi = ir.VectorType(f32, _LANES), ir.VectorType(i32, _LANES)
+        vmask = ir.VectorType(ir.IntType(1), _LANES)
+
+        def at(ty, value, offset, vty):
+            data = context.make_array(ty)(context, builder, value).data
+            return builder.bitcast(builder.gep(data, [offset]), vty.as_pointer())
+
+        values = builder.load(at(s_ty, s_, start_, vf), align=4)
+        ranks = builder.load(at(r_ty, r_, rstart_, vi), align=4)
+        mask = builder.fcmp_unordered("!=", values, ir.Constant(vf, [0.0] * _LANES))
+        for vty, vec, ty, arr, name in ((vf, values, ox_ty, ox_, "v16f32"),
+                                        (vi, ranks, oi_ty, oi_, "v16i32")):
+            store = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.VoidType(), [vty, vty.as_pointer(), vmask]),
+                f"llvm.masked.compressstore.{name}")
+            builder.call(store, [vec, at(ty, arr, w_, vty), mask])
+        bits = builder.bitcast(mask, ir.IntType(_LANES))
+        popcount = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.IntType(_LANES), [ir.IntType(_LANES)]),
+            f"llvm.ctpop.i{_LANES}")
+        return builder.zext(builder.call(popcount, [bits]), context.get_value_type(types.intp))
+
+    return sig, codegen
+
+
+def _has_avx512() -> bool:
+    """Whether numba compiles for this CPU and it has AVX-512 (compress-store in one
+    instruction; elsewhere LLVM splits it into per-lane stores, slower than a plain loop)."""
+    if numba.config.CPU_NAME not in (None, "host"):
+        return False
+    try:
+        return bool(llvmlite.binding.get_host_cpu_features().get("avx512f", False))
+    except Exception:  # pragma: no cover - no feature query on this platform
+        return False
+
+
+_COMPRESS = _has_avx512()
+
+
+@numba.njit(nogil=True, cache=True)
+def _append_nonzeros(src, start, m, rank, rstart, oi, ox, w):  # pragma: no cover
+    """Append the nonzeros of ``src[start:start + m]`` to ``ox`` from ``w`` and their
+    ``rank[rstart + r]`` to ``oi``; returns the new end. ``oi`` and ``ox`` must have room
+    for one entry more than are appended."""
+    r = 0
+    if _COMPRESS:
+        while r + _LANES <= m:
+            w += _compress16(src, start + r, rank, rstart + r, oi, ox, w)
+            r += _LANES
+    while r < m:  # no branch on the value: half-dense runs would mispredict every other
+        z = src[start + r]
+        oi[w] = rank[rstart + r]
+        ox[w] = z
+        w += z != 0.0
+        r += 1
+    return w
 
 
 @numba.njit(nogil=True, cache=True)
@@ -109,24 +239,137 @@ def _select_columns(indptr, indices, data, colmap):  # pragma: no cover
     return op[: nkept + 1], oi[:nnz], ox[:nnz], kept[:nkept]
 
 
-def _select(csr: sp.csr_matrix, colmap: np.ndarray, columns: int, rows: np.ndarray) -> Slab:
-    op, oi, ox, kept = _select_columns(csr.indptr, csr.indices, csr.data, colmap)
-    values = sp.csr_matrix((ox, oi, op), shape=(len(kept), columns))
-    return Slab(rows[kept], values)
+@numba.njit(nogil=True, cache=True)
+def _csr_to_csc(indptr, indices, data, n_columns):  # pragma: no cover
+    """The CSC ``(indptr, indices, data)`` of a CSR with ``n_columns`` columns; row indices
+    come out increasing in every column (rows are visited in order)."""
+    nnz = indptr[indptr.shape[0] - 1]
+    cp = np.zeros(n_columns + 1, np.int64)
+    for p in range(nnz):
+        cp[indices[p] + 1] += 1
+    for c in range(n_columns):
+        cp[c + 1] += cp[c]
+    cur = cp[:n_columns].copy()
+    ci = np.empty(nnz, np.int32)
+    cx = np.empty(nnz, np.float32)
+    for r in range(indptr.shape[0] - 1):
+        for p in range(indptr[r], indptr[r + 1]):
+            c = indices[p]
+            q = cur[c]
+            ci[q] = r
+            cx[q] = data[p]
+            cur[c] = q + 1
+    return cp, ci, cx
+
+
+@numba.njit(nogil=True, cache=True)
+def _rows_used(indptr, indices, columns, n_rows):  # pragma: no cover
+    """Which of a CSC's ``n_rows`` rows have a nonzero in ``columns``, and how many."""
+    used = np.zeros(n_rows, np.bool_)
+    for c in columns:
+        for p in range(indptr[c], indptr[c + 1]):
+            used[indices[p]] = True
+    return used, int(used.sum())
+
+
+@numba.njit(nogil=True, cache=True)
+def _tile_rows_used(tile, columns):  # pragma: no cover
+    """Which rows (tile columns) have a nonzero in the tile rows ``columns``, how many,
+    and the nonzeros of each of those tile rows."""
+    n_rows = tile.shape[1]
+    used = np.zeros(n_rows, np.bool_)
+    counts = np.zeros(columns.shape[0], np.int64)
+    for j in range(columns.shape[0]):
+        k = 0
+        for r in range(n_rows):
+            nonzero = tile[columns[j], r] != 0.0
+            used[r] |= nonzero
+            k += nonzero
+        counts[j] = k
+    return used, int(used.sum()), counts
+
+
+@numba.njit(nogil=True, cache=True)
+def _take_csc_columns(indptr, indices, data, columns, n_rows):  # pragma: no cover
+    """The CSC of ``columns`` (increasing) of a CSC with ``n_rows`` rows, the rows left
+    empty dropped (renumbered), and the positions of the rows kept."""
+    used, n_used = _rows_used(indptr, indices, columns, n_rows)
+    rank = np.empty(n_rows, np.int32)
+    kept = np.empty(n_used, np.int64)
+    k = 0
+    for r in range(n_rows):
+        rank[r] = k
+        if used[r]:
+            kept[k] = r
+            k += 1
+    n = columns.shape[0]
+    op = np.zeros(n + 1, np.int64)
+    for j in range(n):
+        op[j + 1] = op[j] + indptr[columns[j] + 1] - indptr[columns[j]]
+    oi = np.empty(op[n], np.int32)
+    ox = np.empty(op[n], np.float32)
+    every_row = n_used == n_rows
+    for j in range(n):
+        q = op[j]
+        for p in range(indptr[columns[j]], indptr[columns[j] + 1]):
+            oi[q] = indices[p] if every_row else rank[indices[p]]
+            ox[q] = data[p]
+            q += 1
+    return op, oi, ox, kept
+
+
+@numba.njit(nogil=True, cache=True)
+def _tile_to_csc(tile, columns, counts, rank):  # pragma: no cover
+    """The CSC of the tile rows ``columns`` (``counts[j]`` nonzeros each), tile column
+    ``r`` becoming row ``rank[r]``."""
+    n, m = columns.shape[0], tile.shape[1]
+    cp = np.zeros(n + 1, np.int64)
+    for j in range(n):
+        cp[j + 1] = cp[j] + counts[j]
+    ci = np.empty(cp[n] + 1, np.int32)  # one spare: _append_nonzeros may write one past
+    cx = np.empty(cp[n] + 1, np.float32)
+    flat = tile.reshape(-1)
+    for j in range(n):
+        _append_nonzeros(flat, columns[j] * m, m, rank, 0, ci, cx, cp[j])
+    return cp, ci[: cp[n]], cx[: cp[n]]
 
 
 def take_columns(slab: Slab, positions: np.ndarray, *, label: bool = False) -> Slab:
     """The piece of ``slab`` with the columns at ``positions`` (increasing), empty rows
     dropped; carries no trace. ``label`` records ``positions`` in the piece
-    (:attr:`Slab.columns`), for pieces that serve several parts."""
-    if len(positions) == slab.values.shape[1] and not label:
-        return Slab(slab.rows, slab.values)  # every column: nothing to cut
-    colmap = np.full(slab.values.shape[1], -1, np.int64)
-    colmap[positions] = np.arange(len(positions))
-    piece = _select(slab.values, colmap, len(positions), slab.rows)
+    (:attr:`Slab.columns`), for pieces that serve several parts.
+
+    A piece cut from a tile is a tile if at least half its entries are nonzero (then it
+    is the smaller form), else a CSC.
+    """
+    if len(positions) == slab.n_columns and not label:  # every column: nothing to cut
+        return Slab(slab.rows, csc=slab.csc, tile=slab.tile, tile_nnz=slab.tile_nnz)
+    positions = np.ascontiguousarray(positions, dtype=np.int64)
+    if slab.tile is not None:
+        piece = _tile_piece(slab.rows, slab.tile, positions)
+    else:
+        v = slab.csc
+        op, oi, ox, kept = _take_csc_columns(v.indptr, v.indices, v.data, positions,
+                                             len(slab.rows))
+        rows = slab.rows if len(kept) == len(slab.rows) else slab.rows[kept]
+        piece = Slab(rows, csc=_csc(ox, oi, op, len(rows), len(positions)))
     if label:
-        piece.columns = np.asarray(positions, dtype=np.int32)
+        piece.columns = positions.astype(np.int32)
     return piece
+
+
+def _tile_piece(rows: np.ndarray, tile: np.ndarray, positions: np.ndarray) -> Slab:
+    """The rows ``positions`` of ``tile`` (columns of the slab), in the smaller form."""
+    used, n_used, counts = _tile_rows_used(tile, positions)
+    nnz = int(counts.sum())
+    every_row = n_used == len(rows)
+    kept = rows if every_row else rows[used]
+    if 2 * nnz >= len(positions) * n_used:
+        sub = tile[positions] if every_row else tile[np.ix_(positions, np.flatnonzero(used))]
+        return Slab(kept, tile=np.ascontiguousarray(sub), tile_nnz=nnz)
+    rank = (np.cumsum(used) - 1).astype(np.int32)  # unused rows: zero here, never read
+    cp, ci, cx = _tile_to_csc(tile, positions, counts, rank)
+    return Slab(kept, csc=_csc(cx, ci, cp, n_used, len(positions)))
 
 
 def piece_for(plan_layer: LayerPlan, destinations: list[int], slab: Slab) -> Slab:
@@ -138,98 +381,367 @@ def piece_for(plan_layer: LayerPlan, destinations: list[int], slab: Slab) -> Sla
     return take_columns(slab, positions, label=True)
 
 
-def _columns_from(received: Slab, wanted: np.ndarray) -> Slab:
+# --- The layer's inputs, as the compiled helpers take them -------------------------------
+#
+# Input ``i`` is a slab's values flattened column by column: column ``c`` is
+# ``vals[i][ptrs[i][c]:ptrs[i][c + 1]]`` at rows ``idxs[i]`` (a CSC) or at every row
+# (``dense[i]``: a tile, ``ptrs[i][c] = c * rows``). Its column ``srcs[i][j]`` is the
+# layer's input ``tiles[i][j]``; its row ``r`` is the union's row ``poss[i][r]``, or ``r``
+# when ``same[i]`` (its rows are the union). One tuple entry per input: numba compiles
+# once per number of inputs.
+
+
+@numba.njit(nogil=True, cache=True)
+def _fill_tile(ptrs, idxs, vals, poss, same, dense, srcs, tiles, cur, bases, rcur, c0,
+               yt):  # pragma: no cover
+    """Write union rows ``c0 .. c0 + m`` (``m = yt.shape[1]``) of every input into the
+    tile ``yt`` (``n_in x m``).
+
+    ``cur[bases[i] + j]`` is the cursor of input ``i``'s column ``srcs[i][j]``, where its
+    entries at or after row ``c0`` start, and ``rcur[i]`` the first row of input ``i`` at
+    or after ``c0``; both are advanced past the chunk, so consecutive chunks read every
+    column once, front to back. A column whose chunk is all nonzero is copied.
+    """
+    m = yt.shape[1]
+    c1 = c0 + m
+    for i in range(len(ptrs)):
+        ptr, idx, val, pos, src, til = ptrs[i], idxs[i], vals[i], poss[i], srcs[i], tiles[i]
+        # (1-D views of tile rows and runs: numba then vectorises the copies)
+        if dense[i]:
+            if same[i]:
+                for j in range(src.shape[0]):
+                    dst = yt[til[j]]
+                    run = val[ptr[src[j]] + c0 : ptr[src[j]] + c1]
+                    for r in range(m):
+                        dst[r] = run[r]
+                continue
+            a = rcur[i]
+            b = a
+            while b < pos.shape[0] and pos[b] < c1:
+                b += 1
+            rcur[i] = b
+            for j in range(src.shape[0]):
+                dst = yt[til[j]]
+                run = val[ptr[src[j]] : ptr[src[j] + 1]]
+                for r in range(m):
+                    dst[r] = 0.0
+                # rows the union lacks map to the next union row: zero in these columns,
+                # and written before that row's own value, they never clobber it
+                for r in range(a, b):
+                    dst[pos[r] - c0] = run[r]
+            continue
+        base = bases[i]
+        for j in range(src.shape[0]):
+            dst = yt[til[j]]
+            p = cur[base + j]
+            end = ptr[src[j] + 1]
+            last = p + m - 1  # m entries ending at row c1 - 1: the chunk's rows, all
+            if last < end and (idx[last] if same[i] else pos[idx[last]]) == c1 - 1:
+                run = val[p : p + m]
+                for r in range(m):
+                    dst[r] = run[r]
+                cur[base + j] = p + m
+                continue
+            for r in range(m):
+                dst[r] = 0.0
+            if same[i]:
+                while p < end and idx[p] < c1:
+                    dst[idx[p] - c0] = val[p]
+                    p += 1
+            else:
+                while p < end and pos[idx[p]] < c1:
+                    dst[pos[idx[p]] - c0] = val[p]
+                    p += 1
+            cur[base + j] = p
+
+
+@numba.njit(nogil=True, cache=True)
+def _merge_chunks(starts, oi, ox):  # pragma: no cover
+    """One CSC from per-chunk column runs: ``starts[c, j]`` is where column ``j`` of chunk
+    ``c`` starts in ``oi``/``ox`` (``starts[c, n]`` its end). Chunks hold increasing row
+    positions, so each column is its chunks' runs in chunk order."""
+    n_chunks, n = starts.shape[0], starts.shape[1] - 1
+    cp = np.zeros(n + 1, np.int64)
+    for j in range(n):
+        total = 0
+        for c in range(n_chunks):
+            total += starts[c, j + 1] - starts[c, j]
+        cp[j + 1] = cp[j] + total
+    ci = np.empty(cp[n], np.int32)
+    cx = np.empty(cp[n], np.float32)
+    for j in range(n):
+        q = cp[j]
+        for c in range(n_chunks):
+            for p in range(starts[c, j], starts[c, j + 1]):
+                ci[q] = oi[p]
+                cx[q] = ox[p]
+                q += 1
+    return cp, ci, cx
+
+
+@numba.njit(nogil=True, cache=True)
+def _dense_layer(ptrs, idxs, vals, poss, same, dense, srcs, tiles, n_in, n_rows, chunk_rows,
+                 wtp, wti, wtx, bias, ymax, order, row_tile, y_buf, z_buf, oi,
+                 ox):  # pragma: no cover
+    """The dense step over the ``n_rows`` union rows of the inputs, ``chunk_rows`` at a
+    time: each chunk's input and output tiles live in the cache-sized buffers ``y_buf``
+    and ``z_buf``, as in the serial kernel.
+
+    The output is a tile if the first chunk with survivors is at least half nonzero, else
+    a CSC, assembled from per-chunk runs appended to ``oi``/``ox`` (grown when short).
+    Returns ``(as_tile, tile, indptr, indices, data, alive, nnz, oi, ox)``: the unused
+    form is empty; ``alive`` marks the union rows kept.
+    """
+    n_out = wtp.shape[0] - 1
+    n_inputs = len(ptrs)
+    bases = np.zeros(n_inputs + 1, np.int64)
+    for i in range(n_inputs):
+        bases[i + 1] = bases[i] + srcs[i].shape[0]
+    cur = np.empty(bases[n_inputs], np.int64)
+    covered = np.zeros(n_in, np.bool_)
+    for i in range(n_inputs):
+        for j in range(srcs[i].shape[0]):
+            cur[bases[i] + j] = ptrs[i][srcs[i][j]]
+            covered[tiles[i][j]] = True
+    bare = np.flatnonzero(~covered)  # inputs no source provides: zero in every chunk
+    rcur = np.zeros(n_inputs, np.int64)
+    n_chunks = (n_rows + chunk_rows - 1) // chunk_rows
+    starts = np.zeros((n_chunks, n_out + 1), np.int64)
+    rank = np.empty(chunk_rows, np.int32)
+    keep = np.empty(chunk_rows, np.int64)
+    alive = np.zeros(n_rows, np.bool_)
+    decided = False
+    as_tile = False
+    out = np.empty((0, 0), np.float32)
+    w = 0
+    n_alive = 0
+    total = 0
+    for c in range(n_chunks):
+        c0 = c * chunk_rows
+        m = min(n_rows, c0 + chunk_rows) - c0
+        yt = y_buf[: n_in * m].reshape((n_in, m))
+        for t in bare:
+            yt[t, :] = 0.0
+        _fill_tile(ptrs, idxs, vals, poss, same, dense, srcs, tiles, cur, bases[:n_inputs],
+                   rcur, c0, yt)
+        zt = z_buf[: n_out * m].reshape((n_out, m))
+        chunk_alive, nnz = dense_step(yt, wtp, wti, wtx, bias, ymax, zt, row_tile, order)
+        total += nnz
+        k = 0
+        for r in range(m):
+            rank[r] = n_alive + k
+            if chunk_alive[r]:
+                keep[k] = r
+                k += 1
+        if k == 0:
+            continue
+        if not decided:  # tile when it is the smaller form (4 bytes an entry, CSC 8 a nonzero)
+            decided = True
+            as_tile = 2 * nnz >= n_out * k
+            if as_tile:
+                out = np.empty((n_out, n_rows - c0), np.float32)
+        alive[c0 : c0 + m] = chunk_alive
+        if as_tile:
+            for j in range(n_out):
+                dst = out[j, n_alive : n_alive + k]
+                src = zt[j]
+                if k == m:
+                    for r in range(m):
+                        dst[r] = src[r]
+                else:
+                    for q in range(k):
+                        dst[q] = src[keep[q]]
+        else:
+            if w + nnz + 1 > oi.shape[0]:  # grow, doubling, so appends stay amortised O(1)
+                size = max(2 * oi.shape[0], w + nnz + 1)
+                oi2 = np.empty(size, np.int32)
+                ox2 = np.empty(size, np.float32)
+                oi2[:w] = oi[:w]
+                ox2[:w] = ox[:w]
+                oi = oi2
+                ox = ox2
+            flat = zt.reshape(-1)
+            for j in range(n_out):
+                starts[c, j] = w
+                w = _append_nonzeros(flat, j * m, m, rank, 0, oi, ox, w)
+            starts[c, n_out] = w
+        n_alive += k
+    if as_tile:
+        if n_alive < out.shape[1]:
+            out = np.ascontiguousarray(out[:, :n_alive])
+        return True, out, np.zeros(1, np.int64), oi[:0], ox[:0], alive, total, oi, ox
+    # (chunks with no survivors left their runs at 0..0: empty)
+    cp, ci, cx = _merge_chunks(starts, oi, ox)
+    return False, out, cp, ci, cx, alive, total, oi, ox
+
+
+@numba.njit(nogil=True, cache=True)
+def _gather_csr(ptrs, idxs, vals, poss, same, dense, srcs, tiles, n_in,
+                n_rows):  # pragma: no cover
+    """The inputs as one row-major ``n_rows x n_in`` CSR, column indices increasing in
+    every row, for the sparse step."""
+    n_inputs = len(ptrs)
+    owner = np.full(n_in, -1, np.int64)
+    which = np.empty(n_in, np.int64)
+    xp = np.zeros(n_rows + 1, np.int64)
+    for i in range(n_inputs):
+        ptr, idx, val, pos, src = ptrs[i], idxs[i], vals[i], poss[i], srcs[i]
+        for j in range(src.shape[0]):
+            owner[tiles[i][j]] = i
+            which[tiles[i][j]] = j
+            for p in range(ptr[src[j]], ptr[src[j] + 1]):
+                if dense[i]:
+                    if val[p] == 0.0:
+                        continue
+                    r = p - ptr[src[j]]
+                else:
+                    r = idx[p]
+                xp[(r if same[i] else pos[r]) + 1] += 1
+    for r in range(n_rows):
+        xp[r + 1] += xp[r]
+    cur = xp[:n_rows].copy()
+    xi = np.empty(xp[n_rows], np.int32)
+    xx = np.empty(xp[n_rows], np.float32)
+    for t in range(n_in):  # inputs in order: every row's columns come out sorted
+        i = owner[t]
+        if i < 0:
+            continue
+        ptr, idx, val, pos = ptrs[i], idxs[i], vals[i], poss[i]
+        c = srcs[i][which[t]]
+        for p in range(ptr[c], ptr[c + 1]):
+            if dense[i]:
+                if val[p] == 0.0:
+                    continue
+                r = p - ptr[c]
+            else:
+                r = idx[p]
+            if not same[i]:
+                r = pos[r]
+            q = cur[r]
+            xi[q] = t
+            xx[q] = val[p]
+            cur[r] = q + 1
+    return xp, xi, xx
+
+
+class _Scratch(threading.local):
+    """Per-thread buffers reused by every step the thread runs: Dask workers page-fault
+    on fresh large allocations (see :mod:`sdnn_dask.allocator`), and a step's temporaries
+    would be fresh every layer. Each is as large as the largest step has needed."""
+
+    def __init__(self) -> None:
+        self.buffers: dict[str, np.ndarray] = {}
+
+    def get(self, name: str, size: int, dtype: type) -> np.ndarray:
+        buf = self.buffers.get(name)
+        if buf is None or buf.shape[0] < size:
+            buf = np.empty(max(size, 0 if buf is None else buf.shape[0] * 5 // 4), dtype)
+            self.buffers[name] = buf
+        return buf
+
+    def keep(self, name: str, buf: np.ndarray) -> None:
+        self.buffers[name] = buf
+
+
+_scratch = _Scratch()
+
+
+@dataclass
+class _Input:
+    """What one source provides a layer: some columns of a slab, and where they go.
+
+    ``columns`` are positions in ``slab`` (``None``: all of them), ``put`` their positions
+    among the layer's inputs; ``used`` marks the slab rows with a nonzero there (``None``:
+    every row), ``nnz`` counts the nonzeros and ``n_rows`` the rows used.
+    """
+
+    slab: Slab
+    columns: np.ndarray | None
+    put: np.ndarray
+    used: np.ndarray | None = None
+    nnz: int = 0
+    n_rows: int = 0
+
+    def __post_init__(self) -> None:
+        slab = self.slab
+        if self.columns is None or len(self.columns) == slab.n_columns:
+            self.columns = None
+            self.nnz, self.n_rows = slab.nnz, len(slab.rows)
+            return
+        self.columns = np.ascontiguousarray(self.columns, dtype=np.int64)
+        if slab.tile is not None:
+            self.used, self.n_rows, counts = _tile_rows_used(slab.tile, self.columns)
+            self.nnz = int(counts.sum())
+        else:
+            ptr = slab.csc.indptr
+            self.nnz = int((ptr[self.columns + 1] - ptr[self.columns]).sum())
+            self.used, self.n_rows = _rows_used(ptr, slab.csc.indices, self.columns,
+                                                len(slab.rows))
+        if self.n_rows == len(slab.rows):
+            self.used = None
+
+    @property
+    def rows(self) -> np.ndarray:
+        """Global ids of the rows used."""
+        return self.slab.rows if self.used is None else self.slab.rows[self.used]
+
+
+def _provided(given: Slab, wanted: np.ndarray, put: np.ndarray) -> _Input:
     """The columns at source positions ``wanted`` out of what a source part provided: its
     whole slab, a piece cut for this part alone, or a labelled piece for several parts."""
-    n = received.values.shape[1]
-    if n == len(wanted):  # exactly the columns wanted (a superset of equal size is equal)
-        return received
-    if received.columns is None:  # the source's whole slab (same worker)
-        return take_columns(received, wanted)
-    return take_columns(received, np.searchsorted(received.columns, wanted))
+    if given.n_columns == len(wanted):  # exactly the columns wanted (a superset of equal
+        return _Input(given, None, put)  # size is equal)
+    if given.columns is None:  # the source's whole slab (same worker)
+        return _Input(given, wanted, put)
+    return _Input(given, np.searchsorted(given.columns, wanted), put)
 
 
-@numba.njit(nogil=True, cache=True)
-def _dense_t_to_csr(zt, alive, nnz):  # pragma: no cover
-    """CSR (sorted columns) of the ``alive`` columns of the transposed tile ``zt``."""
-    n_out = zt.shape[0]
-    nrows = int(alive.sum())
-    op = np.zeros(nrows + 1, np.int64)
-    oi = np.empty(nnz, np.int32)
-    ox = np.empty(nnz, np.float32)
-    k = 0
-    r_out = 0
-    for r in range(zt.shape[1]):
-        if alive[r]:
-            for j in range(n_out):
-                z = zt[j, r]
-                if z != 0.0:
-                    oi[k] = j
-                    ox[k] = z
-                    k += 1
-            r_out += 1
-            op[r_out] = k
-    return op, oi, ox
-
-
-@numba.njit(nogil=True, cache=True)
-def _scatter_rows_t(indptr, indices, data, row_pos, col_pos, lo, hi, offset,
-                    out):  # pragma: no cover
-    """Write rows ``lo..hi`` of a CSR piece into the dense transposed tile ``out``
-    (``columns x rows``) at rows ``row_pos - offset`` and columns ``col_pos[indices]``."""
-    for r in range(lo, hi):
-        rr = row_pos[r] - offset
-        for p in range(indptr[r], indptr[r + 1]):
-            out[col_pos[indices[p]], rr] = data[p]
-
-
-def _union_rows(live: list[tuple[Slab, np.ndarray]]) -> tuple[np.ndarray, list[np.ndarray]]:
-    """The sorted union of the pieces' rows, and each piece's row positions in it."""
-    if len(live) == 1:
-        rows = live[0][0].rows
-        return rows, [np.arange(len(rows), dtype=np.int64)]
-    top = max(int(s.rows[-1]) for s, _ in live) + 1
+def _union_rows(inputs: list[_Input]) -> tuple[np.ndarray, list[np.ndarray | None]]:
+    """The sorted union of the rows the inputs use, and each input's slab row positions
+    in it (``None`` where its rows are the union itself). A slab row the union lacks
+    (zero in the columns read) gets the position of the next union row."""
+    first = inputs[0].slab.rows
+    if all(s.used is None and (s.slab.rows is first or np.array_equal(s.slab.rows, first))
+           for s in inputs):
+        return first, [None] * len(inputs)
+    top = max(int(s.slab.rows[-1]) for s in inputs) + 1
     mask = np.zeros(top, np.bool_)
-    for s, _ in live:
+    for s in inputs:
         mask[s.rows] = True
     rows = np.flatnonzero(mask)
-    index = np.empty(top, np.int64)
-    index[rows] = np.arange(len(rows))
-    return rows, [index[s.rows] for s, _ in live]
+    below = np.cumsum(mask)  # union rows at or before each id
+    positions: list[np.ndarray | None] = []
+    for s in inputs:
+        if s.used is None and len(s.slab.rows) == len(rows):
+            positions.append(None)  # all its rows, as many as the union: the union
+        else:
+            r = s.slab.rows
+            positions.append(below[r] - mask[r])
+    return rows, positions
 
 
-def _dense_layer(lp: LayerPlan, live: list[tuple[Slab, np.ndarray]],
-                 row_pos: list[np.ndarray], n_rows: int, ymax: np.float32,
-                 chunk_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The dense step over the union rows, ``chunk_rows`` at a time: each chunk's input
-    and output tiles are reused buffers sized for the cache, as in the serial kernel (a
-    whole-slab tile is slower, and a fresh one per layer page-faults in a Dask worker)."""
-    n_in, n_out = len(lp.needed), len(lp.own)
-    y_buf = np.empty(n_in * min(chunk_rows, n_rows), np.float32)
-    z_buf = np.empty(n_out * min(chunk_rows, n_rows), np.float32)
-    alive = np.zeros(n_rows, np.bool_)
-    indptrs, indices, values = [], [], []
-    offset = 0
-    for c0 in range(0, n_rows, chunk_rows):
-        c1 = min(n_rows, c0 + chunk_rows)
-        m = c1 - c0
-        yt = y_buf[: n_in * m].reshape(n_in, m)
-        yt.fill(0.0)
-        for (s, put), pos in zip(live, row_pos, strict=True):
-            lo, hi = np.searchsorted(pos, (c0, c1))
-            v = s.values
-            _scatter_rows_t(v.indptr, v.indices, v.data, pos, put, lo, hi, c0, yt)
-        zt = z_buf[: n_out * m].reshape(n_out, m)
-        chunk_alive, nnz = dense_step(yt, lp.wt.indptr, lp.wt.indices, lp.wt.data, lp.bias,
-                                      ymax, zt, _ROW_TILE, lp.order)
-        op, oi, ox = _dense_t_to_csr(zt, chunk_alive, nnz)
-        alive[c0:c1] = chunk_alive
-        indptrs.append(op[1:] + offset)
-        indices.append(oi)
-        values.append(ox)
-        offset += nnz
-    indptr = np.concatenate([np.zeros(1, np.int64), *indptrs])
-    return indptr, np.concatenate(indices), np.concatenate(values), alive
+def _kernel_args(inputs: list[_Input], positions: list[np.ndarray | None]) -> tuple:
+    """The inputs as the tuples the compiled helpers take (see :func:`_fill_tile`)."""
+    no_indices, no_positions = np.empty(0, np.int32), np.empty(0, np.int64)
+    ptrs, idxs, vals, poss, srcs, tiles = [], [], [], [], [], []
+    for s, pos in zip(inputs, positions, strict=True):
+        slab = s.slab
+        n = slab.n_columns
+        if slab.tile is not None:
+            ptrs.append(np.arange(n + 1, dtype=np.int64) * len(slab.rows))
+            idxs.append(no_indices)
+            vals.append(slab.tile.reshape(-1))
+        else:
+            ptrs.append(slab.csc.indptr.astype(np.int64, copy=False))
+            idxs.append(slab.csc.indices.astype(np.int32, copy=False))  # row positions
+            vals.append(slab.csc.data)
+        poss.append(no_positions if pos is None else pos)
+        srcs.append(np.arange(n, dtype=np.int64) if s.columns is None else s.columns)
+        tiles.append(np.ascontiguousarray(s.put, dtype=np.int64))
+    same = np.array([pos is None for pos in positions])
+    dense = np.array([s.slab.tile is not None for s in inputs])
+    return (tuple(ptrs), tuple(idxs), tuple(vals), tuple(poss), same, dense, tuple(srcs),
+            tuple(tiles))
 
 
 @dataclass
@@ -379,62 +891,69 @@ def part_layer_step(plan: PartPlan, layer: int, own_prev: Slab,
     Returns
     -------
     Slab
-        The part's level ``layer`` slab, its trace extended by this layer.
+        The part's level ``layer`` slab, its trace extended by this layer: a tile when
+        the dense step's output is at least half nonzero, else a CSC.
     """
     start = time.perf_counter()
     lp = plan.layers[layer - 1]
-    pieces: list[tuple[Slab, np.ndarray]] = []
+    # the columns read, straight out of what was given: nothing is cut or copied here
+    inputs: list[_Input] = []
     if plan.part in lp.put:
-        pieces.append((take_columns(own_prev, lp.take[plan.part]), lp.put[plan.part]))
+        inputs.append(_Input(own_prev, lp.take[plan.part], lp.put[plan.part]))
     for q, given in received.items():
         if q not in lp.fetch:
             raise ValueError(f"layer {layer}: part {plan.part} reads nothing from part {q}")
-        n_given = given.values.shape[1]
+        n_given = given.n_columns
         if n_given < len(lp.fetch[q]) or (given.columns is not None
                                           and len(given.columns) != n_given):
             raise ValueError(f"layer {layer}: part {q} provided {n_given} columns to part "
                              f"{plan.part}, which reads {len(lp.fetch[q])} of them")
-        pieces.append((_columns_from(given, lp.fetch[q]), lp.put[q]))
+        inputs.append(_provided(given, lp.fetch[q], lp.put[q]))
     n_in, n_out = len(lp.needed), len(lp.own)
-    foreign = [piece for piece, _ in pieces[len(pieces) - len(received):]]
+    foreign = inputs[len(inputs) - len(received):]
     # columns_in, pieces_in, nnz_in, rows_received: what came from other parts
     stats = (n_in - len(lp.put.get(plan.part, ())), len(foreign),
-             int(sum(s.values.nnz for s in foreign)), int(sum(len(s.rows) for s in foreign)))
-    live = [(s, put) for s, put in pieces if len(s.rows)]
+             sum(s.nnz for s in foreign), sum(s.n_rows for s in foreign))
+    live = [s for s in inputs if s.nnz]
     if not live or n_out == 0:
         trace = [*own_prev.trace, (layer, "none", 0, 0, 0, time.perf_counter() - start,
                                    *stats)]
         return Slab.empty(n_out, trace)
-    rows, row_pos = _union_rows(live)
+    rows, positions = _union_rows(live)
     n_rows = len(rows)
-    nnz_in = sum(s.values.nnz for s, _ in live)
+    nnz_in = sum(s.nnz for s in live)
+    args = _kernel_args(live, positions)
     ymax = np.float32(plan.ymax)
     dense = nnz_in >= plan.dense_threshold * (1.0 + _SETUP_ROWS / n_rows) * n_in * n_rows
     if dense:
-        op, oi, ox, alive = _dense_layer(lp, live, row_pos, n_rows, ymax,
-                                         max(1, plan.chunk_bytes // (4 * max(n_in, n_out))))
+        chunk_rows = max(1, plan.chunk_bytes // (4 * max(n_in, n_out)))
+        rows_t = min(chunk_rows, n_rows)
+        out_hint = nnz_in * n_out // n_in + n_out * rows_t + 1
+        as_tile, tile, cp, ci, cx, alive, nnz, oi, ox = _dense_layer(
+            *args, n_in, n_rows, chunk_rows, lp.wt.indptr, lp.wt.indices, lp.wt.data,
+            lp.bias, ymax, lp.order, _ROW_TILE, _scratch.get("y", n_in * rows_t, np.float32),
+            _scratch.get("z", n_out * rows_t, np.float32),
+            _scratch.get("oi", out_hint, np.int32), _scratch.get("ox", out_hint, np.float32))
+        _scratch.keep("oi", oi)
+        _scratch.keep("ox", ox)
         out_rows = rows[alive]
+        if as_tile:
+            out = Slab(out_rows, tile=tile, tile_nnz=int(nnz))
+        else:
+            out = Slab(out_rows, csc=_csc(cx, ci, cp, len(out_rows), n_out))
         mode = "dense"
     else:
-        row_idx, col_idx, vals = [], [], []
-        for (s, put), pos in zip(live, row_pos, strict=True):
-            v = s.values
-            row_idx.append(np.repeat(pos, np.diff(v.indptr)))
-            col_idx.append(put[v.indices])
-            vals.append(v.data)
-        x = sp.csr_matrix((np.concatenate(vals), (np.concatenate(row_idx),
-                                                  np.concatenate(col_idx))),
-                          shape=(n_rows, n_in))
-        x.sort_indices()  # sum in the serial kernel's order of inputs
-        op, oi, ox, kept = sparse_step(x.indptr, x.indices.astype(np.int32, copy=False),
-                                       x.data, lp.w.indptr, lp.w.indices, lp.w.data,
+        xp, xi, xx = _gather_csr(*args, n_in, n_rows)
+        if xp[-1] < np.iinfo(np.int32).max:  # the serial kernel's index type
+            xp = xp.astype(np.int32)
+        op, oi, ox, kept = sparse_step(xp, xi, xx, lp.w.indptr, lp.w.indices, lp.w.data,
                                        lp.bias, ymax, n_out, True)
-        out_rows = rows[kept]
+        cp, ci, cx = _csr_to_csc(op, oi, ox, n_out)
+        out = Slab(rows[kept], csc=_csc(cx, ci, cp, len(kept), n_out))
         mode = "sparse"
-    values = sp.csr_matrix((ox, oi, op), shape=(len(out_rows), n_out))
-    trace = [*own_prev.trace, (layer, mode, n_rows, len(out_rows), int(values.nnz),
-                               time.perf_counter() - start, *stats)]
-    return Slab(out_rows, values, trace)
+    out.trace = [*own_prev.trace, (layer, mode, n_rows, len(out.rows), out.nnz,
+                                   time.perf_counter() - start, *stats)]
+    return out
 
 
 def forward_parts(network: Network, partition: NeuronPartition,
@@ -472,11 +991,16 @@ def assemble(slabs: list[Slab], columns: list[np.ndarray], shape: tuple[int, int
     """
     r, c, v = [], [], []
     for slab, cols in zip(slabs, columns, strict=True):
-        coo = slab.values.tocoo()
-        rows = slab.rows[coo.row]
+        if slab.tile is not None:
+            col, row = np.nonzero(slab.tile)
+            data = slab.tile[col, row]
+        else:
+            coo = slab.csc.tocoo()
+            col, row, data = coo.col, coo.row, coo.data
+        rows = slab.rows[row]
         r.append(rows if row_ids is None else row_ids[rows])
-        c.append(cols[coo.col])
-        v.append(coo.data)
+        c.append(cols[col])
+        v.append(data)
     if not r:
         return sp.csr_matrix(shape, dtype=np.float32)
     return as_csr32(sp.csr_matrix((np.concatenate(v), (np.concatenate(r), np.concatenate(c))),
