@@ -2,8 +2,7 @@
 
 In model parallelism each part owns some neurons of every level. Its activations for a
 level are a :class:`Slab`: the rows (global ids) that have a nonzero in the part's columns,
-and those rows' values for its columns, column-major: a CSC, or a dense ``columns x rows``
-tile when that is smaller (at least half the entries nonzero). One layer on part ``p`` is::
+and those rows' values for its columns. One layer on part ``p`` is::
 
     Y_l[:, own_p] = Y_{l-1}[:, needed_p] @ W_l[needed_p, own_p]   (+ bias, clamp)
 
@@ -14,9 +13,12 @@ kernel (:func:`~sdnn_dask.kernels.sparse_step` or :func:`~sdnn_dask.kernels.dens
 on the part's slice of the weights. :func:`make_part_plans` precomputes every part's
 slices and index maps once per (network, partition).
 
-Column-major, because the dense step reads and writes transposed (``neurons x rows``)
-tiles: a column is one tile row, so filling an input tile from a slab, and a slab from an
-output tile, are contiguous copies or scans, never a strided write per entry.
+Values are stored column-major, because the dense step reads and writes transposed
+(``neurons x rows``) tiles, a few hundred rows at a time: a :class:`BlockCSC` (row blocks
+of about a tile's width, each column by column) or, once at least half the entries are
+nonzero and it is the smaller form, a dense ``columns x rows`` tile. Filling an input tile
+from either, and either from an output tile, is then a sequential read and a contiguous
+write per tile row, never a strided write per entry.
 """
 
 from __future__ import annotations
@@ -45,27 +47,96 @@ PART_TRACE_COLUMNS = [
     "columns_in", "pieces_in", "nnz_in", "rows_received",
 ]
 
+#: Rows per block of a :class:`BlockCSC` made from row-major input or cut from a tile:
+#: the dense step's tiles of N = 1024 are 256 rows wide (``sdnn.kernel.chunk-bytes``).
+BLOCK_ROWS = 256
+
+
+@dataclass
+class BlockCSC:
+    """A sparse ``rows x columns`` float32 matrix as consecutive blocks of rows, each
+    stored column by column (CSC).
+
+    Filling a dense tile of a few hundred rows then reads each column's run of the block
+    the tile covers, and the runs of one block lie one after the other: a plain CSC would
+    have the tile read a short run from every column's far-apart list instead, waiting on
+    memory for each.
+
+    Attributes
+    ----------
+    indices
+        int32 row (from 0, over all blocks) of every entry; increasing within each run.
+    data
+        float32 value of every entry (no zeros).
+    starts
+        int64 ``n_blocks x (columns + 1)``: block ``b``'s entries of column ``j`` are
+        ``starts[b, j]:starts[b, j + 1]``; ``starts[b, columns]`` is where block ``b``
+        ends and block ``b + 1`` starts.
+    block_rows
+        int64, ``n_blocks + 1`` increasing bounds: block ``b`` holds rows
+        ``block_rows[b]:block_rows[b + 1]``.
+    """
+
+    indices: np.ndarray
+    data: np.ndarray
+    starts: np.ndarray
+    block_rows: np.ndarray
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(rows, columns)``."""
+        return int(self.block_rows[-1]), int(self.starts.shape[1] - 1)
+
+    @property
+    def nnz(self) -> int:
+        """Stored entries."""
+        return int(self.data.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of its arrays."""
+        return int(self.indices.nbytes + self.data.nbytes + self.starts.nbytes
+                   + self.block_rows.nbytes)
+
+    def tocoo(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(row, column, value)`` of every entry."""
+        runs = np.diff(self.starts, axis=1).ravel()
+        columns = np.tile(np.arange(self.shape[1]), self.starts.shape[0])
+        return self.indices, np.repeat(columns, runs), self.data
+
+    @classmethod
+    def empty(cls, columns: int) -> BlockCSC:
+        """No rows."""
+        return cls(np.empty(0, np.int32), np.empty(0, np.float32),
+                   np.zeros((1, columns + 1), np.int64), np.zeros(2, np.int64))
+
+    @classmethod
+    def from_csr(cls, matrix: sp.spmatrix | sp.sparray, block: int = BLOCK_ROWS) -> BlockCSC:
+        """``matrix`` (converted to canonical float32 CSR) in blocks of ``block`` rows."""
+        csr = as_csr32(matrix)
+        starts, indices, data, bounds = _csr_to_blocks(csr.indptr, csr.indices, csr.data,
+                                                       csr.shape[1], block)
+        return cls(indices, data, starts, bounds)
+
 
 @dataclass
 class Slab:
     """One part's activations for some columns of one level.
 
-    The values are held in exactly one of two column-major forms, whichever is smaller:
-    ``csc`` (8 bytes a nonzero) or ``tile`` (4 bytes an entry, so once at least half the
-    entries are nonzero).
+    The values are held in exactly one of two column-major forms: ``blocks``, or
+    ``tile`` when at least half the entries are nonzero (4 bytes an entry against 8 a
+    nonzero: then the tile is the smaller).
 
     Attributes
     ----------
     rows
         Sorted global ids (int64) of the rows that have a nonzero in these columns.
-    csc
-        ``len(rows) x columns`` float32 CSC: per column, the positions in ``rows`` of its
-        nonzeros (increasing, int32) and their values; or ``None``.
+    blocks
+        ``len(rows) x columns`` :class:`BlockCSC` (its rows are positions in ``rows``),
+        or ``None``.
     tile
         ``columns x len(rows)`` float32 C-contiguous array (the values transposed, as the
         dense step's tiles are), or ``None``.
-    tile_nnz
-        Nonzeros of ``tile`` (counted when not given).
     trace
         Per-layer tuples (:data:`PART_TRACE_COLUMNS`) of the part that made it, carried
         from layer to layer so the last slab holds the part's whole history.
@@ -74,18 +145,20 @@ class Slab:
         ``label=True``): the positions, in the source slab, of its columns. ``None`` for
         a part's own slab and for a piece cut for one part (its columns are then exactly
         the ones that part reads).
+    tile_nnz
+        Nonzeros of ``tile`` (counted when not given).
     """
 
     rows: np.ndarray
-    csc: sp.csc_matrix | None = None
+    blocks: BlockCSC | None = None
     tile: np.ndarray | None = None
     trace: list[tuple] = field(default_factory=list, repr=False)
     columns: np.ndarray | None = None
     tile_nnz: int | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        if (self.csc is None) == (self.tile is None):
-            raise ValueError("a Slab holds its values as exactly one of csc or tile")
+        if (self.blocks is None) == (self.tile is None):
+            raise ValueError("a Slab holds its values as exactly one of blocks or tile")
         if self.tile is not None and self.tile_nnz is None:
             self.tile_nnz = int(np.count_nonzero(self.tile))
 
@@ -93,31 +166,36 @@ class Slab:
     def nbytes(self) -> int:
         """Bytes of the arrays it holds (what a transfer carries, before framing)."""
         total = self.rows.nbytes + (0 if self.columns is None else self.columns.nbytes)
-        if self.tile is not None:
-            return int(total + self.tile.nbytes)
-        v = self.csc
-        return int(total + v.indptr.nbytes + v.indices.nbytes + v.data.nbytes)
+        values = self.tile.nbytes if self.tile is not None else self.blocks.nbytes
+        return int(total + values)
 
     @property
     def n_columns(self) -> int:
         """Columns it holds."""
-        return int(self.tile.shape[0] if self.tile is not None else self.csc.shape[1])
+        return int(self.tile.shape[0] if self.tile is not None else self.blocks.shape[1])
 
     @property
     def nnz(self) -> int:
         """Nonzero values it holds."""
-        return int(self.tile_nnz if self.tile is not None else self.csc.nnz)
+        return int(self.tile_nnz if self.tile is not None else self.blocks.nnz)
+
+    def coo(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(row position, column, value)`` of every nonzero."""
+        if self.tile is not None:
+            column, row = np.nonzero(self.tile)
+            return row, column, self.tile[column, row]
+        return self.blocks.tocoo()
 
     def to_csr(self) -> sp.csr_matrix:
         """The values as a ``len(rows) x columns`` float32 CSR."""
-        if self.tile is not None:
-            return as_csr32(sp.csr_matrix(self.tile.T))
-        return as_csr32(self.csc.tocsr())
+        row, column, value = self.coo()
+        return as_csr32(sp.csr_matrix((value, (row, column)),
+                                      shape=(len(self.rows), self.n_columns)))
 
     @classmethod
     def empty(cls, columns: int, trace: list[tuple] | None = None) -> Slab:
         """A slab with no rows."""
-        return cls(np.empty(0, np.int64), csc=sp.csc_matrix((0, columns), dtype=np.float32),
+        return cls(np.empty(0, np.int64), blocks=BlockCSC.empty(columns),
                    trace=list(trace or []))
 
     @classmethod
@@ -127,16 +205,8 @@ class Slab:
         colmap = np.full(csr.shape[1], -1, np.int64)
         colmap[columns] = np.arange(len(columns))
         op, oi, ox, kept = _select_columns(csr.indptr, csr.indices, csr.data, colmap)
-        cp, ci, cx = _csr_to_csc(op, oi, ox, len(columns))
-        return cls(kept, csc=_csc(cx, ci, cp, len(kept), len(columns)))
-
-
-def _csc(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, n_rows: int,
-         n_columns: int) -> sp.csc_matrix:
-    """A ``n_rows x n_columns`` CSC from arrays already canonical (sorted, no zeros)."""
-    m = sp.csc_matrix((data, indices, indptr), shape=(n_rows, n_columns), copy=False)
-    m.has_sorted_indices = True  # known; spares scipy a scan if it ever asks
-    return m
+        starts, indices, data, bounds = _csr_to_blocks(op, oi, ox, len(columns), BLOCK_ROWS)
+        return cls(kept, blocks=BlockCSC(indices, data, starts, bounds))
 
 
 # --- Appending a run's nonzeros: AVX-512 compress-store where the CPU has it -------------
@@ -240,98 +310,124 @@ def _select_columns(indptr, indices, data, colmap):  # pragma: no cover
 
 
 @numba.njit(nogil=True, cache=True)
-def _csr_to_csc(indptr, indices, data, n_columns):  # pragma: no cover
-    """The CSC ``(indptr, indices, data)`` of a CSR with ``n_columns`` columns; row indices
-    come out increasing in every column (rows are visited in order)."""
-    nnz = indptr[indptr.shape[0] - 1]
-    cp = np.zeros(n_columns + 1, np.int64)
-    for p in range(nnz):
-        cp[indices[p] + 1] += 1
-    for c in range(n_columns):
-        cp[c + 1] += cp[c]
-    cur = cp[:n_columns].copy()
-    ci = np.empty(nnz, np.int32)
-    cx = np.empty(nnz, np.float32)
-    for r in range(indptr.shape[0] - 1):
-        for p in range(indptr[r], indptr[r + 1]):
-            c = indices[p]
-            q = cur[c]
-            ci[q] = r
-            cx[q] = data[p]
-            cur[c] = q + 1
-    return cp, ci, cx
+def _csr_to_blocks(indptr, indices, data, n_columns, block):  # pragma: no cover
+    """A CSR with ``n_columns`` columns as :class:`BlockCSC` arrays ``(starts, indices,
+    data, block_rows)``, ``block`` rows a block; rows come out increasing in every run
+    (they are visited in order)."""
+    n_rows = indptr.shape[0] - 1
+    n_blocks = max(1, (n_rows + block - 1) // block)
+    nnz = indptr[n_rows]
+    starts = np.zeros((n_blocks, n_columns + 1), np.int64)
+    bounds = np.zeros(n_blocks + 1, np.int64)
+    bi = np.empty(nnz, np.int32)
+    bx = np.empty(nnz, np.float32)
+    count = np.zeros(n_columns + 1, np.int64)
+    cur = np.empty(n_columns, np.int64)
+    w = 0
+    for b in range(n_blocks):
+        r0, r1 = min(n_rows, b * block), min(n_rows, (b + 1) * block)
+        bounds[b + 1] = r1
+        count[:] = 0
+        for p in range(indptr[r0], indptr[r1]):
+            count[indices[p] + 1] += 1
+        starts[b, 0] = w
+        for j in range(n_columns):
+            starts[b, j + 1] = starts[b, j] + count[j + 1]
+            cur[j] = starts[b, j]
+        for r in range(r0, r1):
+            for p in range(indptr[r], indptr[r + 1]):
+                c = indices[p]
+                q = cur[c]
+                bi[q] = r
+                bx[q] = data[p]
+                cur[c] = q + 1
+        w = starts[b, n_columns]
+    return starts, bi, bx, bounds
 
 
 @numba.njit(nogil=True, cache=True)
-def _rows_used(indptr, indices, columns, n_rows):  # pragma: no cover
-    """Which of a CSC's ``n_rows`` rows have a nonzero in ``columns``, and how many."""
+def _blocks_rows_used(starts, indices, columns, n_rows):  # pragma: no cover
+    """Which of a :class:`BlockCSC`'s ``n_rows`` rows have a nonzero in ``columns``, how
+    many, and how many nonzeros those columns hold."""
     used = np.zeros(n_rows, np.bool_)
-    for c in columns:
-        for p in range(indptr[c], indptr[c + 1]):
-            used[indices[p]] = True
-    return used, int(used.sum())
+    nnz = 0
+    for b in range(starts.shape[0]):
+        for c in columns:
+            nnz += starts[b, c + 1] - starts[b, c]
+            for p in range(starts[b, c], starts[b, c + 1]):
+                used[indices[p]] = True
+    return used, int(used.sum()), nnz
+
+
+@numba.njit(nogil=True, cache=True)
+def _take_block_columns(starts, indices, data, bounds, columns, n_rows):  # pragma: no cover
+    """The :class:`BlockCSC` arrays of ``columns`` (increasing) of one with ``n_rows``
+    rows, the rows left empty dropped (renumbered), and the positions of the rows kept."""
+    used, n_used, nnz = _blocks_rows_used(starts, indices, columns, n_rows)
+    below = np.zeros(n_rows + 1, np.int64)  # rows kept before each row: its new number
+    for r in range(n_rows):
+        below[r + 1] = below[r] + used[r]
+    every_row = n_used == n_rows
+    n_blocks, n = starts.shape[0], columns.shape[0]
+    ns = np.empty((n_blocks, n + 1), np.int64)
+    ni = np.empty(nnz, np.int32)
+    nx = np.empty(nnz, np.float32)
+    w = 0
+    for b in range(n_blocks):
+        for j in range(n):
+            ns[b, j] = w
+            for p in range(starts[b, columns[j]], starts[b, columns[j] + 1]):
+                ni[w] = indices[p] if every_row else below[indices[p]]
+                nx[w] = data[p]
+                w += 1
+        ns[b, n] = w
+    nb = np.empty(n_blocks + 1, np.int64)
+    for b in range(n_blocks + 1):
+        nb[b] = below[bounds[b]]
+    return ns, ni, nx, nb, np.flatnonzero(used)
 
 
 @numba.njit(nogil=True, cache=True)
 def _tile_rows_used(tile, columns):  # pragma: no cover
     """Which rows (tile columns) have a nonzero in the tile rows ``columns``, how many,
-    and the nonzeros of each of those tile rows."""
+    and how many nonzeros those tile rows hold."""
     n_rows = tile.shape[1]
     used = np.zeros(n_rows, np.bool_)
-    counts = np.zeros(columns.shape[0], np.int64)
+    nnz = 0
     for j in range(columns.shape[0]):
-        k = 0
+        row = tile[columns[j]]
         for r in range(n_rows):
-            nonzero = tile[columns[j], r] != 0.0
+            nonzero = row[r] != 0.0
             used[r] |= nonzero
-            k += nonzero
-        counts[j] = k
-    return used, int(used.sum()), counts
+            nnz += nonzero
+    return used, int(used.sum()), nnz
 
 
 @numba.njit(nogil=True, cache=True)
-def _take_csc_columns(indptr, indices, data, columns, n_rows):  # pragma: no cover
-    """The CSC of ``columns`` (increasing) of a CSC with ``n_rows`` rows, the rows left
-    empty dropped (renumbered), and the positions of the rows kept."""
-    used, n_used = _rows_used(indptr, indices, columns, n_rows)
-    rank = np.empty(n_rows, np.int32)
-    kept = np.empty(n_used, np.int64)
-    k = 0
-    for r in range(n_rows):
-        rank[r] = k
-        if used[r]:
-            kept[k] = r
-            k += 1
-    n = columns.shape[0]
-    op = np.zeros(n + 1, np.int64)
-    for j in range(n):
-        op[j + 1] = op[j] + indptr[columns[j] + 1] - indptr[columns[j]]
-    oi = np.empty(op[n], np.int32)
-    ox = np.empty(op[n], np.float32)
-    every_row = n_used == n_rows
-    for j in range(n):
-        q = op[j]
-        for p in range(indptr[columns[j]], indptr[columns[j] + 1]):
-            oi[q] = indices[p] if every_row else rank[indices[p]]
-            ox[q] = data[p]
-            q += 1
-    return op, oi, ox, kept
-
-
-@numba.njit(nogil=True, cache=True)
-def _tile_to_csc(tile, columns, counts, rank):  # pragma: no cover
-    """The CSC of the tile rows ``columns`` (``counts[j]`` nonzeros each), tile column
-    ``r`` becoming row ``rank[r]``."""
-    n, m = columns.shape[0], tile.shape[1]
-    cp = np.zeros(n + 1, np.int64)
-    for j in range(n):
-        cp[j + 1] = cp[j] + counts[j]
-    ci = np.empty(cp[n] + 1, np.int32)  # one spare: _append_nonzeros may write one past
-    cx = np.empty(cp[n] + 1, np.float32)
+def _tile_to_blocks(tile, columns, used, nnz, block):  # pragma: no cover
+    """The :class:`BlockCSC` arrays of the tile rows ``columns`` (``nnz`` nonzeros in
+    all), ``block`` tile columns a block; the tile columns not ``used`` are dropped."""
+    m, n = tile.shape[1], columns.shape[0]
+    below = np.zeros(m + 1, np.int64)
+    for r in range(m):
+        below[r + 1] = below[r] + used[r]
+    rank = below[:m].astype(np.int32)  # exact for the rows used; the others hold zeros
+    n_blocks = max(1, (m + block - 1) // block)
+    starts = np.empty((n_blocks, n + 1), np.int64)
+    bounds = np.empty(n_blocks + 1, np.int64)
+    oi = np.empty(nnz + 1, np.int32)  # one spare: _append_nonzeros may write one past
+    ox = np.empty(nnz + 1, np.float32)
     flat = tile.reshape(-1)
-    for j in range(n):
-        _append_nonzeros(flat, columns[j] * m, m, rank, 0, ci, cx, cp[j])
-    return cp, ci[: cp[n]], cx[: cp[n]]
+    w = 0
+    for b in range(n_blocks):
+        r0, r1 = min(m, b * block), min(m, (b + 1) * block)
+        bounds[b] = below[r0]
+        for j in range(n):
+            starts[b, j] = w
+            w = _append_nonzeros(flat, columns[j] * m + r0, r1 - r0, rank, r0, oi, ox, w)
+        starts[b, n] = w
+    bounds[n_blocks] = below[m]
+    return starts, oi[:w], ox[:w], bounds
 
 
 def take_columns(slab: Slab, positions: np.ndarray, *, label: bool = False) -> Slab:
@@ -340,19 +436,19 @@ def take_columns(slab: Slab, positions: np.ndarray, *, label: bool = False) -> S
     (:attr:`Slab.columns`), for pieces that serve several parts.
 
     A piece cut from a tile is a tile if at least half its entries are nonzero (then it
-    is the smaller form), else a CSC.
+    is the smaller form), else a :class:`BlockCSC`.
     """
     if len(positions) == slab.n_columns and not label:  # every column: nothing to cut
-        return Slab(slab.rows, csc=slab.csc, tile=slab.tile, tile_nnz=slab.tile_nnz)
+        return Slab(slab.rows, blocks=slab.blocks, tile=slab.tile, tile_nnz=slab.tile_nnz)
     positions = np.ascontiguousarray(positions, dtype=np.int64)
     if slab.tile is not None:
         piece = _tile_piece(slab.rows, slab.tile, positions)
     else:
-        v = slab.csc
-        op, oi, ox, kept = _take_csc_columns(v.indptr, v.indices, v.data, positions,
-                                             len(slab.rows))
+        v = slab.blocks
+        starts, indices, data, bounds, kept = _take_block_columns(
+            v.starts, v.indices, v.data, v.block_rows, positions, len(slab.rows))
         rows = slab.rows if len(kept) == len(slab.rows) else slab.rows[kept]
-        piece = Slab(rows, csc=_csc(ox, oi, op, len(rows), len(positions)))
+        piece = Slab(rows, blocks=BlockCSC(indices, data, starts, bounds))
     if label:
         piece.columns = positions.astype(np.int32)
     return piece
@@ -360,16 +456,14 @@ def take_columns(slab: Slab, positions: np.ndarray, *, label: bool = False) -> S
 
 def _tile_piece(rows: np.ndarray, tile: np.ndarray, positions: np.ndarray) -> Slab:
     """The rows ``positions`` of ``tile`` (columns of the slab), in the smaller form."""
-    used, n_used, counts = _tile_rows_used(tile, positions)
-    nnz = int(counts.sum())
+    used, n_used, nnz = _tile_rows_used(tile, positions)
     every_row = n_used == len(rows)
     kept = rows if every_row else rows[used]
     if 2 * nnz >= len(positions) * n_used:
         sub = tile[positions] if every_row else tile[np.ix_(positions, np.flatnonzero(used))]
-        return Slab(kept, tile=np.ascontiguousarray(sub), tile_nnz=nnz)
-    rank = (np.cumsum(used) - 1).astype(np.int32)  # unused rows: zero here, never read
-    cp, ci, cx = _tile_to_csc(tile, positions, counts, rank)
-    return Slab(kept, csc=_csc(cx, ci, cp, n_used, len(positions)))
+        return Slab(kept, tile=np.ascontiguousarray(sub), tile_nnz=int(nnz))
+    starts, indices, data, bounds = _tile_to_blocks(tile, positions, used, nnz, BLOCK_ROWS)
+    return Slab(kept, blocks=BlockCSC(indices, data, starts, bounds))
 
 
 def piece_for(plan_layer: LayerPlan, destinations: list[int], slab: Slab) -> Slab:
@@ -383,117 +477,108 @@ def piece_for(plan_layer: LayerPlan, destinations: list[int], slab: Slab) -> Sla
 
 # --- The layer's inputs, as the compiled helpers take them -------------------------------
 #
-# Input ``i`` is a slab's values flattened column by column: column ``c`` is
-# ``vals[i][ptrs[i][c]:ptrs[i][c + 1]]`` at rows ``idxs[i]`` (a CSC) or at every row
-# (``dense[i]``: a tile, ``ptrs[i][c] = c * rows``). Its column ``srcs[i][j]`` is the
-# layer's input ``tiles[i][j]``; its row ``r`` is the union's row ``poss[i][r]``, or ``r``
-# when ``same[i]`` (its rows are the union). One tuple entry per input: numba compiles
-# once per number of inputs.
+# Input ``i`` is a slab's values in :class:`BlockCSC` form: column ``c`` of block ``b`` is
+# ``vals[i][starts[i][b, c]:starts[i][b, c + 1]]`` at rows ``idxs[i]``, block ``b`` holding
+# rows ``bounds[i][b]:bounds[i][b + 1]``; or, when ``dense[i]``, a tile flattened as one
+# block holding every row (``starts[i][0, c] = c * rows``, no ``idxs``). Its column
+# ``srcs[i][j]`` is the layer's input ``tiles[i][j]``; its row ``r`` is the union's row
+# ``poss[i][r]``, or ``r`` when ``same[i]`` (its rows are the union). One tuple entry per
+# input: numba compiles once per number of inputs.
 
 
 @numba.njit(nogil=True, cache=True)
-def _fill_tile(ptrs, idxs, vals, poss, same, dense, srcs, tiles, cur, bases, rcur, c0,
-               yt):  # pragma: no cover
+def _fill_tile(starts, bounds, idxs, vals, poss, same, dense, srcs, tiles, cur, bases, rcur,
+               cblk, c0, yt):  # pragma: no cover
     """Write union rows ``c0 .. c0 + m`` (``m = yt.shape[1]``) of every input into the
     tile ``yt`` (``n_in x m``).
 
-    ``cur[bases[i] + j]`` is the cursor of input ``i``'s column ``srcs[i][j]``, where its
-    entries at or after row ``c0`` start, and ``rcur[i]`` the first row of input ``i`` at
-    or after ``c0``; both are advanced past the chunk, so consecutive chunks read every
-    column once, front to back. A column whose chunk is all nonzero is copied.
+    Cursors carried from chunk to chunk (chunks come in order): ``rcur[i]``, the first
+    row of input ``i`` not yet reached (inputs whose rows are not the union's);
+    ``cblk[i]``, the block its column cursors are in, and ``cur[bases[i] + j]``, where
+    the unread entries of its column ``srcs[i][j]`` start in that block.
     """
     m = yt.shape[1]
     c1 = c0 + m
-    for i in range(len(ptrs)):
-        ptr, idx, val, pos, src, til = ptrs[i], idxs[i], vals[i], poss[i], srcs[i], tiles[i]
-        # (1-D views of tile rows and runs: numba then vectorises the copies)
-        if dense[i]:
-            if same[i]:
-                for j in range(src.shape[0]):
-                    dst = yt[til[j]]
-                    run = val[ptr[src[j]] + c0 : ptr[src[j]] + c1]
-                    for r in range(m):
-                        dst[r] = run[r]
-                continue
+    uc0 = np.uint64(c0)
+    for i in range(len(vals)):
+        st, br, idx, val, pos = starts[i], bounds[i], idxs[i], vals[i], poss[i]
+        src, til = srcs[i], tiles[i]
+        if same[i]:
+            a, b = c0, c1
+        else:  # the input's rows landing in this chunk: a..b
             a = rcur[i]
             b = a
             while b < pos.shape[0] and pos[b] < c1:
                 b += 1
             rcur[i] = b
+        # (1-D views of tile rows and runs: numba then vectorises the copies)
+        if dense[i]:
             for j in range(src.shape[0]):
                 dst = yt[til[j]]
-                run = val[ptr[src[j]] : ptr[src[j] + 1]]
+                if same[i]:
+                    run = val[st[0, src[j]] + c0 : st[0, src[j]] + c1]
+                    for r in range(m):
+                        dst[r] = run[r]
+                    continue
+                run = val[st[0, src[j]] : st[0, src[j] + 1]]
                 for r in range(m):
                     dst[r] = 0.0
                 # rows the union lacks map to the next union row: zero in these columns,
                 # and written before that row's own value, they never clobber it
                 for r in range(a, b):
-                    dst[pos[r] - c0] = run[r]
+                    dst[np.uint64(pos[r]) - uc0] = run[r]
             continue
+        n_blocks = st.shape[0]
+        lo = cblk[i]  # first block ending after row a
+        while lo + 1 < n_blocks and br[lo + 1] <= a:
+            lo += 1
+        hi = lo  # last block starting before row b
+        while hi + 1 < n_blocks and br[hi + 1] < b:
+            hi += 1
         base = bases[i]
         for j in range(src.shape[0]):
             dst = yt[til[j]]
-            p = cur[base + j]
-            end = ptr[src[j] + 1]
-            last = p + m - 1  # m entries ending at row c1 - 1: the chunk's rows, all
-            if last < end and (idx[last] if same[i] else pos[idx[last]]) == c1 - 1:
-                run = val[p : p + m]
-                for r in range(m):
-                    dst[r] = run[r]
-                cur[base + j] = p + m
-                continue
             for r in range(m):
                 dst[r] = 0.0
-            if same[i]:
-                while p < end and idx[p] < c1:
-                    dst[idx[p] - c0] = val[p]
-                    p += 1
-            else:
-                while p < end and pos[idx[p]] < c1:
-                    dst[pos[idx[p]] - c0] = val[p]
-                    p += 1
+            c = src[j]
+            p = cur[base + j] if lo == cblk[i] else st[lo, c]
+            for blk in range(lo, hi + 1):
+                if blk > lo:
+                    p = st[blk, c]
+                end = st[blk, c + 1]
+                if br[blk + 1] > b:  # the block runs past the chunk: stop at row b
+                    n = 0
+                    for q in range(p, end):  # (rows increase: a count finds the cut)
+                        n += idx[q] < b
+                    end = p + n
+                # unsigned indices: no negative-index wraparound, so no check per entry
+                if same[i]:
+                    for q in range(p, end):
+                        dst[np.uint64(idx[q]) - uc0] = val[q]
+                else:
+                    for q in range(p, end):
+                        dst[np.uint64(pos[np.uint64(idx[q])]) - uc0] = val[q]
+                p = end
             cur[base + j] = p
+        cblk[i] = hi
 
 
 @numba.njit(nogil=True, cache=True)
-def _merge_chunks(starts, oi, ox):  # pragma: no cover
-    """One CSC from per-chunk column runs: ``starts[c, j]`` is where column ``j`` of chunk
-    ``c`` starts in ``oi``/``ox`` (``starts[c, n]`` its end). Chunks hold increasing row
-    positions, so each column is its chunks' runs in chunk order."""
-    n_chunks, n = starts.shape[0], starts.shape[1] - 1
-    cp = np.zeros(n + 1, np.int64)
-    for j in range(n):
-        total = 0
-        for c in range(n_chunks):
-            total += starts[c, j + 1] - starts[c, j]
-        cp[j + 1] = cp[j] + total
-    ci = np.empty(cp[n], np.int32)
-    cx = np.empty(cp[n], np.float32)
-    for j in range(n):
-        q = cp[j]
-        for c in range(n_chunks):
-            for p in range(starts[c, j], starts[c, j + 1]):
-                ci[q] = oi[p]
-                cx[q] = ox[p]
-                q += 1
-    return cp, ci, cx
-
-
-@numba.njit(nogil=True, cache=True)
-def _dense_layer(ptrs, idxs, vals, poss, same, dense, srcs, tiles, n_in, n_rows, chunk_rows,
-                 wtp, wti, wtx, bias, ymax, order, row_tile, y_buf, z_buf, oi,
+def _dense_layer(starts, bounds, idxs, vals, poss, same, dense, srcs, tiles, n_in, n_rows,
+                 chunk_rows, wtp, wti, wtx, bias, ymax, order, row_tile, y_buf, z_buf, oi,
                  ox):  # pragma: no cover
     """The dense step over the ``n_rows`` union rows of the inputs, ``chunk_rows`` at a
     time: each chunk's input and output tiles live in the cache-sized buffers ``y_buf``
     and ``z_buf``, as in the serial kernel.
 
     The output is a tile if the first chunk with survivors is at least half nonzero, else
-    a CSC, assembled from per-chunk runs appended to ``oi``/``ox`` (grown when short).
-    Returns ``(as_tile, tile, indptr, indices, data, alive, nnz, oi, ox)``: the unused
-    form is empty; ``alive`` marks the union rows kept.
+    a :class:`BlockCSC` with a block per chunk, its runs appended to the scratch buffers
+    ``oi``/``ox`` (grown when short) and copied out at the end. Returns ``(as_tile, tile,
+    starts, indices, data, block_rows, alive, nnz, oi, ox)``: the unused form is empty;
+    ``alive`` marks the union rows kept.
     """
     n_out = wtp.shape[0] - 1
-    n_inputs = len(ptrs)
+    n_inputs = len(vals)
     bases = np.zeros(n_inputs + 1, np.int64)
     for i in range(n_inputs):
         bases[i + 1] = bases[i] + srcs[i].shape[0]
@@ -501,12 +586,15 @@ def _dense_layer(ptrs, idxs, vals, poss, same, dense, srcs, tiles, n_in, n_rows,
     covered = np.zeros(n_in, np.bool_)
     for i in range(n_inputs):
         for j in range(srcs[i].shape[0]):
-            cur[bases[i] + j] = ptrs[i][srcs[i][j]]
+            cur[bases[i] + j] = starts[i][0, srcs[i][j]]
             covered[tiles[i][j]] = True
     bare = np.flatnonzero(~covered)  # inputs no source provides: zero in every chunk
     rcur = np.zeros(n_inputs, np.int64)
+    cblk = np.zeros(n_inputs, np.int64)
     n_chunks = (n_rows + chunk_rows - 1) // chunk_rows
-    starts = np.zeros((n_chunks, n_out + 1), np.int64)
+    out_starts = np.zeros((n_chunks, n_out + 1), np.int64)
+    out_bounds = np.zeros(n_chunks + 1, np.int64)
+    n_blocks = 0
     rank = np.empty(chunk_rows, np.int32)
     keep = np.empty(chunk_rows, np.int64)
     alive = np.zeros(n_rows, np.bool_)
@@ -522,8 +610,8 @@ def _dense_layer(ptrs, idxs, vals, poss, same, dense, srcs, tiles, n_in, n_rows,
         yt = y_buf[: n_in * m].reshape((n_in, m))
         for t in bare:
             yt[t, :] = 0.0
-        _fill_tile(ptrs, idxs, vals, poss, same, dense, srcs, tiles, cur, bases[:n_inputs],
-                   rcur, c0, yt)
+        _fill_tile(starts, bounds, idxs, vals, poss, same, dense, srcs, tiles, cur,
+                   bases[:n_inputs], rcur, cblk, c0, yt)
         zt = z_buf[: n_out * m].reshape((n_out, m))
         chunk_alive, nnz = dense_step(yt, wtp, wti, wtx, bias, ymax, zt, row_tile, order)
         total += nnz
@@ -535,7 +623,7 @@ def _dense_layer(ptrs, idxs, vals, poss, same, dense, srcs, tiles, n_in, n_rows,
                 k += 1
         if k == 0:
             continue
-        if not decided:  # tile when it is the smaller form (4 bytes an entry, CSC 8 a nonzero)
+        if not decided:  # tile when it is the smaller form (4 bytes an entry, 8 a nonzero)
             decided = True
             as_tile = 2 * nnz >= n_out * k
             if as_tile:
@@ -562,41 +650,46 @@ def _dense_layer(ptrs, idxs, vals, poss, same, dense, srcs, tiles, n_in, n_rows,
                 ox = ox2
             flat = zt.reshape(-1)
             for j in range(n_out):
-                starts[c, j] = w
+                out_starts[n_blocks, j] = w
                 w = _append_nonzeros(flat, j * m, m, rank, 0, oi, ox, w)
-            starts[c, n_out] = w
+            out_starts[n_blocks, n_out] = w
+            out_bounds[n_blocks + 1] = n_alive + k
+            n_blocks += 1
         n_alive += k
     if as_tile:
         if n_alive < out.shape[1]:
             out = np.ascontiguousarray(out[:, :n_alive])
-        return True, out, np.zeros(1, np.int64), oi[:0], ox[:0], alive, total, oi, ox
-    # (chunks with no survivors left their runs at 0..0: empty)
-    cp, ci, cx = _merge_chunks(starts, oi, ox)
-    return False, out, cp, ci, cx, alive, total, oi, ox
+        return (True, out, out_starts[:1], oi[:0], ox[:0], out_bounds[:2], alive, total,
+                oi, ox)
+    n_blocks = max(n_blocks, 1)  # none survived: one empty block
+    return (False, out, out_starts[:n_blocks].copy(), oi[:w].copy(), ox[:w].copy(),
+            out_bounds[: n_blocks + 1].copy(), alive, total, oi, ox)
 
 
 @numba.njit(nogil=True, cache=True)
-def _gather_csr(ptrs, idxs, vals, poss, same, dense, srcs, tiles, n_in,
+def _gather_csr(starts, bounds, idxs, vals, poss, same, dense, srcs, tiles, n_in,
                 n_rows):  # pragma: no cover
     """The inputs as one row-major ``n_rows x n_in`` CSR, column indices increasing in
     every row, for the sparse step."""
-    n_inputs = len(ptrs)
+    n_inputs = len(vals)
     owner = np.full(n_in, -1, np.int64)
     which = np.empty(n_in, np.int64)
     xp = np.zeros(n_rows + 1, np.int64)
     for i in range(n_inputs):
-        ptr, idx, val, pos, src = ptrs[i], idxs[i], vals[i], poss[i], srcs[i]
+        st, idx, val, pos, src = starts[i], idxs[i], vals[i], poss[i], srcs[i]
         for j in range(src.shape[0]):
             owner[tiles[i][j]] = i
             which[tiles[i][j]] = j
-            for p in range(ptr[src[j]], ptr[src[j] + 1]):
-                if dense[i]:
-                    if val[p] == 0.0:
-                        continue
-                    r = p - ptr[src[j]]
-                else:
-                    r = idx[p]
-                xp[(r if same[i] else pos[r]) + 1] += 1
+            c = src[j]
+            for blk in range(st.shape[0]):
+                for p in range(st[blk, c], st[blk, c + 1]):
+                    if dense[i]:
+                        if val[p] == 0.0:
+                            continue
+                        r = p - st[0, c]
+                    else:
+                        r = idx[p]
+                    xp[(r if same[i] else pos[r]) + 1] += 1
     for r in range(n_rows):
         xp[r + 1] += xp[r]
     cur = xp[:n_rows].copy()
@@ -606,21 +699,22 @@ def _gather_csr(ptrs, idxs, vals, poss, same, dense, srcs, tiles, n_in,
         i = owner[t]
         if i < 0:
             continue
-        ptr, idx, val, pos = ptrs[i], idxs[i], vals[i], poss[i]
+        st, idx, val, pos = starts[i], idxs[i], vals[i], poss[i]
         c = srcs[i][which[t]]
-        for p in range(ptr[c], ptr[c + 1]):
-            if dense[i]:
-                if val[p] == 0.0:
-                    continue
-                r = p - ptr[c]
-            else:
-                r = idx[p]
-            if not same[i]:
-                r = pos[r]
-            q = cur[r]
-            xi[q] = t
-            xx[q] = val[p]
-            cur[r] = q + 1
+        for blk in range(st.shape[0]):
+            for p in range(st[blk, c], st[blk, c + 1]):
+                if dense[i]:
+                    if val[p] == 0.0:
+                        continue
+                    r = p - st[0, c]
+                else:
+                    r = idx[p]
+                if not same[i]:
+                    r = pos[r]
+                q = cur[r]
+                xi[q] = t
+                xx[q] = val[p]
+                cur[r] = q + 1
     return xp, xi, xx
 
 
@@ -670,13 +764,12 @@ class _Input:
             return
         self.columns = np.ascontiguousarray(self.columns, dtype=np.int64)
         if slab.tile is not None:
-            self.used, self.n_rows, counts = _tile_rows_used(slab.tile, self.columns)
-            self.nnz = int(counts.sum())
+            self.used, self.n_rows, nnz = _tile_rows_used(slab.tile, self.columns)
         else:
-            ptr = slab.csc.indptr
-            self.nnz = int((ptr[self.columns + 1] - ptr[self.columns]).sum())
-            self.used, self.n_rows = _rows_used(ptr, slab.csc.indices, self.columns,
-                                                len(slab.rows))
+            v = slab.blocks
+            self.used, self.n_rows, nnz = _blocks_rows_used(v.starts, v.indices,
+                                                            self.columns, len(slab.rows))
+        self.nnz = int(nnz)
         if self.n_rows == len(slab.rows):
             self.used = None
 
@@ -723,25 +816,28 @@ def _union_rows(inputs: list[_Input]) -> tuple[np.ndarray, list[np.ndarray | Non
 def _kernel_args(inputs: list[_Input], positions: list[np.ndarray | None]) -> tuple:
     """The inputs as the tuples the compiled helpers take (see :func:`_fill_tile`)."""
     no_indices, no_positions = np.empty(0, np.int32), np.empty(0, np.int64)
-    ptrs, idxs, vals, poss, srcs, tiles = [], [], [], [], [], []
+    starts, bounds, idxs, vals, poss, srcs, tiles = [], [], [], [], [], [], []
     for s, pos in zip(inputs, positions, strict=True):
         slab = s.slab
-        n = slab.n_columns
+        n, rows = slab.n_columns, len(slab.rows)
         if slab.tile is not None:
-            ptrs.append(np.arange(n + 1, dtype=np.int64) * len(slab.rows))
+            starts.append((np.arange(n + 1, dtype=np.int64) * rows).reshape(1, n + 1))
+            bounds.append(np.array([0, rows], np.int64))
             idxs.append(no_indices)
             vals.append(slab.tile.reshape(-1))
         else:
-            ptrs.append(slab.csc.indptr.astype(np.int64, copy=False))
-            idxs.append(slab.csc.indices.astype(np.int32, copy=False))  # row positions
-            vals.append(slab.csc.data)
+            v = slab.blocks
+            starts.append(np.ascontiguousarray(v.starts, dtype=np.int64))
+            bounds.append(np.ascontiguousarray(v.block_rows, dtype=np.int64))
+            idxs.append(np.ascontiguousarray(v.indices, dtype=np.int32))
+            vals.append(np.ascontiguousarray(v.data, dtype=np.float32))
         poss.append(no_positions if pos is None else pos)
         srcs.append(np.arange(n, dtype=np.int64) if s.columns is None else s.columns)
         tiles.append(np.ascontiguousarray(s.put, dtype=np.int64))
     same = np.array([pos is None for pos in positions])
     dense = np.array([s.slab.tile is not None for s in inputs])
-    return (tuple(ptrs), tuple(idxs), tuple(vals), tuple(poss), same, dense, tuple(srcs),
-            tuple(tiles))
+    return (tuple(starts), tuple(bounds), tuple(idxs), tuple(vals), tuple(poss), same, dense,
+            tuple(srcs), tuple(tiles))
 
 
 @dataclass
@@ -892,7 +988,7 @@ def part_layer_step(plan: PartPlan, layer: int, own_prev: Slab,
     -------
     Slab
         The part's level ``layer`` slab, its trace extended by this layer: a tile when
-        the dense step's output is at least half nonzero, else a CSC.
+        the dense step's output is at least half nonzero, else a :class:`BlockCSC`.
     """
     start = time.perf_counter()
     lp = plan.layers[layer - 1]
@@ -929,7 +1025,7 @@ def part_layer_step(plan: PartPlan, layer: int, own_prev: Slab,
         chunk_rows = max(1, plan.chunk_bytes // (4 * max(n_in, n_out)))
         rows_t = min(chunk_rows, n_rows)
         out_hint = nnz_in * n_out // n_in + n_out * rows_t + 1
-        as_tile, tile, cp, ci, cx, alive, nnz, oi, ox = _dense_layer(
+        as_tile, tile, starts, indices, data, bounds, alive, nnz, oi, ox = _dense_layer(
             *args, n_in, n_rows, chunk_rows, lp.wt.indptr, lp.wt.indices, lp.wt.data,
             lp.bias, ymax, lp.order, _ROW_TILE, _scratch.get("y", n_in * rows_t, np.float32),
             _scratch.get("z", n_out * rows_t, np.float32),
@@ -940,7 +1036,7 @@ def part_layer_step(plan: PartPlan, layer: int, own_prev: Slab,
         if as_tile:
             out = Slab(out_rows, tile=tile, tile_nnz=int(nnz))
         else:
-            out = Slab(out_rows, csc=_csc(cx, ci, cp, len(out_rows), n_out))
+            out = Slab(out_rows, blocks=BlockCSC(indices, data, starts, bounds))
         mode = "dense"
     else:
         xp, xi, xx = _gather_csr(*args, n_in, n_rows)
@@ -948,8 +1044,8 @@ def part_layer_step(plan: PartPlan, layer: int, own_prev: Slab,
             xp = xp.astype(np.int32)
         op, oi, ox, kept = sparse_step(xp, xi, xx, lp.w.indptr, lp.w.indices, lp.w.data,
                                        lp.bias, ymax, n_out, True)
-        cp, ci, cx = _csr_to_csc(op, oi, ox, n_out)
-        out = Slab(rows[kept], csc=_csc(cx, ci, cp, len(kept), n_out))
+        starts, indices, data, bounds = _csr_to_blocks(op, oi, ox, n_out, BLOCK_ROWS)
+        out = Slab(rows[kept], blocks=BlockCSC(indices, data, starts, bounds))
         mode = "sparse"
     out.trace = [*own_prev.trace, (layer, mode, n_rows, len(out.rows), out.nnz,
                                    time.perf_counter() - start, *stats)]
@@ -991,12 +1087,7 @@ def assemble(slabs: list[Slab], columns: list[np.ndarray], shape: tuple[int, int
     """
     r, c, v = [], [], []
     for slab, cols in zip(slabs, columns, strict=True):
-        if slab.tile is not None:
-            col, row = np.nonzero(slab.tile)
-            data = slab.tile[col, row]
-        else:
-            coo = slab.csc.tocoo()
-            col, row, data = coo.col, coo.row, coo.data
+        row, col, data = slab.coo()
         rows = slab.rows[row]
         r.append(rows if row_ids is None else row_ids[rows])
         c.append(cols[col])
@@ -1005,3 +1096,23 @@ def assemble(slabs: list[Slab], columns: list[np.ndarray], shape: tuple[int, int
         return sp.csr_matrix(shape, dtype=np.float32)
     return as_csr32(sp.csr_matrix((np.concatenate(v), (np.concatenate(r), np.concatenate(c))),
                                   shape=shape))
+
+
+def warm_up_parts() -> str:
+    """Compile (or load from numba's cache) the part step's helpers in this process, for
+    one to four inputs a layer, dense and sparse, so no part step's time includes
+    compilation. Executors run it on their workers beside
+    :func:`~sdnn_dask.kernels.warm_up_kernels`."""
+    from .partition import make_neuron_partition
+
+    n = 64
+    rng = np.random.default_rng(0)
+    layers = [sp.random(n, n, density=0.2, format="csr", dtype=np.float32, rng=rng)
+              + sp.identity(n, format="csr", dtype=np.float32) for _ in range(3)]
+    tiny = Network(layers, bias=-0.05, ymax=4.0, name="warm-up")
+    x = sp.random(300, n, density=0.3, format="csr", dtype=np.float32, rng=rng)
+    for k in range(1, 5):
+        partition = make_neuron_partition(tiny, k, "block")
+        for threshold in (0.0, 2.0):
+            forward_parts(tiny, partition, x, dense_threshold=threshold)
+    return "ok"
