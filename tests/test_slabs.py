@@ -140,14 +140,15 @@ def test_take_columns_of_nothing():
     assert len(none.rows) == 0 and none.n_columns == 2 and none.nnz == 0
 
 
-@pytest.mark.parametrize("m", [1, 15, 16, 17, 64, 300])
-def test_append_nonzeros(m):
+@pytest.mark.parametrize("append", [S._append_nonzeros, S._append_nonzeros_scalar])
+@pytest.mark.parametrize("m", [0, 1, 15, 16, 17, 64, 300])
+def test_append_nonzeros(m, append):
     rng = np.random.default_rng(m)
     src = random_dense(rng, 1, m + 5, 0.4)[0]
     rank = rng.permutation(m + 5).astype(np.int32)
     oi = np.full(m + 8, -1, np.int32)
     ox = np.zeros(m + 8, np.float32)
-    w = S._append_nonzeros(src, 2, m, rank, 1, oi, ox, 3)
+    w = append(src, 2, m, rank, 1, oi, ox, 3)
     run = src[2 : 2 + m]
     nonzero = np.flatnonzero(run)
     assert w == 3 + len(nonzero)
@@ -205,10 +206,12 @@ def test_fill_tile_and_gather(kinds, chunk):
     cblk = np.zeros(len(live), np.int64)
     for c0 in range(0, len(rows), chunk):
         m = min(len(rows), c0 + chunk) - c0
-        yt = np.full((n_columns, m), np.nan, np.float32)  # every entry must be written
+        width = m + 3  # padding columns come out zero
+        yt = np.full((n_columns, width), np.nan, np.float32)  # every entry is written
         S._fill_tile(starts, bounds, idxs, vals, poss, same, kind, srcs, tiles, cur,
-                     bases[:-1], rcur, cblk, c0, yt)
-        np.testing.assert_array_equal(yt, dense[c0 : c0 + m].T)
+                     bases[:-1], rcur, cblk, c0, m, yt)
+        np.testing.assert_array_equal(yt[:, :m], dense[c0 : c0 + m].T)
+        assert not yt[:, m:].any()
     xp, xi, xx = S._gather_csr(*args, n_columns, len(rows))
     x = sp.csr_matrix((xx, xi, xp), shape=(len(rows), n_columns))
     assert x.has_sorted_indices
