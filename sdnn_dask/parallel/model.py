@@ -10,11 +10,12 @@ per part ``p``::
 
 so a part receives exactly the activation columns it reads and does not own: the
 column-net hypergraph's connectivity minus one, which hypergraph partitioning minimises.
-Only rows with a nonzero in the columns sent travel, as CSR. Communication is between
-workers: when several parts share a worker (``k > workers``), a source sends that worker
-one piece with the union of the columns its parts read, and parts on the source's own
-worker read its slab in memory. With one part per worker that is exactly the km1 volume;
-with more, the bytes moved fall below it.
+Only rows with a nonzero in the columns sent travel, column-major: as row blocks of
+nonzeros, or as a dense tile once at least half the entries are nonzero (the smaller).
+Communication is between workers: when several parts share a worker (``k > workers``), a
+source sends that worker one piece with the union of the columns its parts read, and parts
+on the source's own worker read its slab in memory. With one part per worker that is
+exactly the km1 volume; with more, the bytes moved fall below it.
 
 The hybrid splits the input rows into ``R`` groups (a row partition, as in data
 parallelism) and runs the ``C = k`` parts of each group; group ``g``'s part ``p`` runs on
@@ -59,6 +60,7 @@ from ..slabs import (
     make_part_plans,
     part_layer_step,
     piece_for,
+    warm_up_parts,
 )
 from .direct import (
     MESSAGE_COLUMNS,
@@ -133,7 +135,8 @@ class ModelParallelExecutor:
         self._placed: dict[tuple, tuple[NeuronPartition, list[PartPlan], dict[int, Future],
                                         list[str]]] = {}
         # see sdnn_dask.allocator: large arrays without page faults
-        self._setup = [tune_allocator, warm_up_kernels] if warm_up else [tune_allocator]
+        self._setup = ([tune_allocator, warm_up_kernels, warm_up_parts] if warm_up
+                       else [tune_allocator])
         self._ready: set[str] = set()  # workers set up (a restarted worker comes back blank)
         prepare_workers(client, self._ready, self._setup)
 

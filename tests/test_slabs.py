@@ -1,0 +1,308 @@
+"""Model parallelism's per-part data and step, without Dask: every conversion and fill
+helper of :mod:`sdnn_dask.slabs` against plain numpy (dense arrays), and the part step
+against the serial kernel, bit for bit."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from sdnn_dask import slabs as S
+from sdnn_dask.kernels import forward_block
+from sdnn_dask.network import Network
+from sdnn_dask.partition import make_neuron_partition
+from sdnn_dask.radixnet import make_inputs, make_network
+from sdnn_dask.slabs import (
+    BlockCSC,
+    Slab,
+    assemble,
+    forward_parts,
+    make_part_plans,
+    part_layer_step,
+    piece_for,
+    take_columns,
+)
+
+
+def random_dense(rng, rows, columns, density, empty_rows=()):
+    """A float32 ``rows x columns`` array, ``density`` of it nonzero (exact eighths)."""
+    a = (rng.integers(1, 64, (rows, columns)) / 8).astype(np.float32)
+    a[rng.random((rows, columns)) >= density] = 0
+    a[list(empty_rows)] = 0
+    return a
+
+
+def dense_of(slab: Slab) -> np.ndarray:
+    """A slab's values as a dense ``len(rows) x columns`` array."""
+    if slab.tile is not None:
+        return slab.tile.T.copy()
+    out = np.zeros(slab.blocks.shape, np.float32)
+    row, col, val = slab.blocks.tocoo()
+    out[row, col] = val
+    return out
+
+
+def check_blocks(blocks: BlockCSC) -> None:
+    """The structural invariants of a BlockCSC."""
+    starts, bounds = blocks.starts, blocks.block_rows
+    assert starts.shape[0] + 1 == len(bounds) and np.all(np.diff(bounds) >= 0)
+    assert starts[0, 0] == 0 and starts[-1, -1] == blocks.nnz
+    assert np.all(starts[1:, 0] == starts[:-1, -1]) and np.all(np.diff(starts, axis=1) >= 0)
+    for b in range(starts.shape[0]):
+        for j in range(starts.shape[1] - 1):
+            run = blocks.indices[starts[b, j] : starts[b, j + 1]]
+            assert np.all(np.diff(run) > 0)
+            assert np.all((run >= bounds[b]) & (run < bounds[b + 1]))
+    assert np.all(blocks.data != 0)
+
+
+@pytest.mark.parametrize("block", [1, 3, 256])
+@pytest.mark.parametrize("shape", [(0, 5), (1, 1), (7, 4), (600, 33)])
+def test_block_csc_from_csr(shape, block):
+    rng = np.random.default_rng(1)
+    a = random_dense(rng, *shape, 0.3)
+    blocks = BlockCSC.from_csr(sp.csr_matrix(a), block)
+    check_blocks(blocks)
+    assert blocks.shape == shape and blocks.nnz == np.count_nonzero(a)
+    assert blocks.nbytes == sum(x.nbytes for x in (blocks.indices, blocks.data, blocks.starts,
+                                                   blocks.block_rows))
+    np.testing.assert_array_equal(dense_of(Slab(np.arange(shape[0]), blocks=blocks)), a)
+
+
+def test_from_rows_drops_empty_rows():
+    rng = np.random.default_rng(2)
+    x = random_dense(rng, 50, 20, 0.2, empty_rows=[0, 7, 49])
+    columns = np.array([1, 4, 5, 11, 19])
+    slab = Slab.from_rows(sp.csr_matrix(x), columns)
+    keep = np.flatnonzero(x[:, columns].any(axis=1))
+    np.testing.assert_array_equal(slab.rows, keep)
+    np.testing.assert_array_equal(dense_of(slab), x[np.ix_(keep, columns)])
+    assert slab.nnz == np.count_nonzero(x[:, columns])
+
+
+def test_slab_holds_one_form_and_pickles():
+    with pytest.raises(ValueError, match="exactly one"):
+        Slab(np.arange(2))
+    tile = np.array([[1, 0, 2], [0, 0, 3]], np.float32)
+    a = Slab(np.array([4, 5, 9]), tile=tile)
+    assert a.nnz == 3 and a.n_columns == 2
+    assert a.nbytes == a.rows.nbytes + tile.nbytes
+    b = Slab.from_rows(sp.csr_matrix(tile.T), np.arange(2))
+    assert b.nbytes == b.rows.nbytes + b.blocks.nbytes
+    for slab in (a, b, Slab.empty(3)):
+        back = pickle.loads(pickle.dumps(slab, protocol=5))
+        np.testing.assert_array_equal(dense_of(back), dense_of(slab))
+        np.testing.assert_array_equal(back.rows, slab.rows)
+        np.testing.assert_array_equal(back.to_csr().toarray(), dense_of(slab))
+
+
+@pytest.mark.parametrize("form", ["blocks", "tile"])
+@pytest.mark.parametrize("density", [0.05, 0.3, 0.9])
+def test_take_columns(form, density):
+    rng = np.random.default_rng(3)
+    values = random_dense(rng, 300, 24, density)
+    values = values[values.any(axis=1)]  # a slab holds no empty row
+    rows = np.sort(rng.choice(10_000, len(values), replace=False))
+    slab = Slab(rows, tile=np.ascontiguousarray(values.T)) if form == "tile" else Slab(
+        rows, blocks=BlockCSC.from_csr(sp.csr_matrix(values), 64))
+    for positions in (np.arange(24), np.array([0, 3, 4, 20]), np.array([7]),
+                      np.array([], np.int64)):
+        for label in (False, True):
+            piece = take_columns(slab, positions, label=label)
+            keep = values[:, positions].any(axis=1)
+            np.testing.assert_array_equal(piece.rows, rows[keep])
+            np.testing.assert_array_equal(dense_of(piece), values[np.ix_(keep, positions)])
+            assert piece.nnz == np.count_nonzero(values[:, positions])
+            assert piece.trace == []
+            if label:
+                np.testing.assert_array_equal(piece.columns, positions)
+            else:
+                assert piece.columns is None
+            if piece.blocks is not None:
+                check_blocks(piece.blocks)
+            if form == "tile" and len(piece.rows) and len(positions) < 24:
+                # the smaller form: a tile once at least half the entries are nonzero
+                half = 2 * piece.nnz >= len(positions) * len(piece.rows)
+                assert (piece.tile is not None) == half
+
+
+def test_take_columns_of_nothing():
+    empty = Slab.empty(6)
+    piece = take_columns(empty, np.array([1, 2]), label=True)
+    assert len(piece.rows) == 0 and piece.n_columns == 2 and piece.nnz == 0
+    # columns all zero: a piece with no rows
+    slab = Slab.from_rows(sp.csr_matrix(np.array([[1, 0, 0], [2, 0, 0]], np.float32)),
+                          np.arange(3))
+    none = take_columns(slab, np.array([1, 2]))
+    assert len(none.rows) == 0 and none.n_columns == 2 and none.nnz == 0
+
+
+@pytest.mark.parametrize("append", [S._append_nonzeros, S._append_nonzeros_scalar])
+@pytest.mark.parametrize("m", [0, 1, 15, 16, 17, 64, 300])
+def test_append_nonzeros(m, append):
+    rng = np.random.default_rng(m)
+    src = random_dense(rng, 1, m + 5, 0.4)[0]
+    rank = rng.permutation(m + 5).astype(np.int32)
+    oi = np.full(m + 8, -1, np.int32)
+    ox = np.zeros(m + 8, np.float32)
+    w = append(src, 2, m, rank, 1, oi, ox, 3)
+    run = src[2 : 2 + m]
+    nonzero = np.flatnonzero(run)
+    assert w == 3 + len(nonzero)
+    np.testing.assert_array_equal(ox[3:w], run[nonzero])
+    np.testing.assert_array_equal(oi[3:w], rank[1:][nonzero])
+
+
+def _inputs(rng, kinds, n_union, n_columns):
+    """Slabs of the given kinds over subsets of ``n_union`` rows, each providing some of
+    the layer's ``n_columns`` inputs, and the dense ``n_union x n_columns`` they make."""
+    put = np.array_split(rng.permutation(n_columns), len(kinds))
+    expected = np.zeros((n_union, n_columns), np.float32)
+    inputs = []
+    for (form, subset, extra), cols in zip(kinds, put, strict=True):
+        cols = np.sort(cols)
+        rows = np.sort(rng.choice(n_union, n_union // 2, replace=False)) if subset else \
+            np.arange(n_union)
+        width = len(cols) + extra
+        values = random_dense(rng, len(rows), width, 0.4 if form == "blocks" else 0.8)
+        read = np.sort(rng.choice(width, len(cols), replace=False)) if extra else \
+            np.arange(width)
+        # rows zero in the columns read (the union may lack them), none zero overall
+        values[::7, :] = 0
+        values[::7, np.setdiff1d(np.arange(width), read)[:1] if extra else 0] = 1.5
+        keep = values.any(axis=1)
+        rows, values = rows[keep], values[keep]
+        slab = Slab(rows, tile=np.ascontiguousarray(values.T)) if form == "tile" else Slab(
+            rows, blocks=BlockCSC.from_csr(sp.csr_matrix(values), 37))
+        expected[np.ix_(rows, cols)] = values[:, read]
+        inputs.append(S._Input(slab, read if extra else None, cols))
+    return inputs, expected
+
+
+@pytest.mark.parametrize("kinds", [
+    [("blocks", False, 0)],
+    [("tile", False, 0)],
+    [("blocks", False, 0), ("tile", False, 0)],
+    [("blocks", True, 0), ("tile", True, 3)],
+    [("blocks", True, 5), ("blocks", False, 0), ("tile", True, 0)],
+])
+@pytest.mark.parametrize("chunk", [1, 16, 100, 1000])
+def test_fill_tile_and_gather(kinds, chunk):
+    rng = np.random.default_rng(len(kinds) * 1000 + chunk)
+    n_columns = 12
+    inputs, expected = _inputs(rng, kinds, 230, n_columns)
+    live = [s for s in inputs if s.nnz]
+    rows, positions = S._union_rows(live)
+    np.testing.assert_array_equal(rows, np.flatnonzero(expected.any(axis=1)))
+    dense = expected[rows]
+    args = S._kernel_args(live, positions)
+    starts, bounds, idxs, vals, poss, same, kind, srcs, tiles = args
+    bases = np.concatenate([[0], np.cumsum([len(s) for s in srcs])])
+    cur = np.concatenate([st[0][s] for st, s in zip(starts, srcs, strict=True)])
+    rcur = np.zeros(len(live), np.int64)
+    cblk = np.zeros(len(live), np.int64)
+    for c0 in range(0, len(rows), chunk):
+        m = min(len(rows), c0 + chunk) - c0
+        width = m + 3  # padding columns come out zero
+        yt = np.full((n_columns, width), np.nan, np.float32)  # every entry is written
+        S._fill_tile(starts, bounds, idxs, vals, poss, same, kind, srcs, tiles, cur,
+                     bases[:-1], rcur, cblk, c0, m, yt)
+        np.testing.assert_array_equal(yt[:, :m], dense[c0 : c0 + m].T)
+        assert not yt[:, m:].any()
+    xp, xi, xx = S._gather_csr(*args, n_columns, len(rows))
+    x = sp.csr_matrix((xx, xi, xp), shape=(len(rows), n_columns))
+    assert x.has_sorted_indices
+    np.testing.assert_array_equal(x.toarray(), dense)
+
+
+def layer_reference(net, layer, x):
+    """One layer of the recurrence in float64 numpy (the tolerance reference)."""
+    z = x.astype(np.float64) @ net.layers[layer - 1].toarray()
+    z = np.where(z != 0, z + np.broadcast_to(net.bias, z.shape[1:]), 0.0)
+    return np.clip(z, 0, net.ymax)
+
+
+@pytest.fixture(scope="module")
+def small():
+    net = make_network(1024, 6, seed=5)
+    return net, make_inputs(400, 1024, seed=5)
+
+
+@pytest.mark.parametrize("threshold", [0.0, 2.0, None])  # dense, sparse, chosen
+@pytest.mark.parametrize(("method", "k"), [("block", 1), ("block", 2), ("hash", 3),
+                                           ("random", 4)])
+def test_forward_parts_is_the_kernel_bit_for_bit(small, method, k, threshold):
+    net, x = small
+    part = make_neuron_partition(net, k, method, seed=3)
+    out, finals = forward_parts(net, part, x, dense_threshold=threshold)
+    ref = forward_block(net, x, dense_threshold=threshold).to_csr()
+    assert out.shape == ref.shape
+    np.testing.assert_array_equal(out.indptr, ref.indptr)
+    np.testing.assert_array_equal(out.indices, ref.indices)
+    np.testing.assert_array_equal(out.data, ref.data)
+    modes = {t[1] for slab in finals for t in slab.trace} - {"none"}
+    if threshold is not None:
+        assert modes == {"dense" if threshold == 0.0 else "sparse"}
+
+
+@pytest.mark.parametrize("threshold", [0.0, 2.0])
+def test_part_step_against_numpy(small, threshold):
+    """One layer per part against float64 numpy, each source providing its whole slab,
+    a piece for this part alone, or a labelled piece for several parts."""
+    net, x = small
+    part = make_neuron_partition(net, 3, "hash", seed=1)
+    plans = make_part_plans(net, part, dense_threshold=threshold)
+    y = x.toarray()
+    slabs = [Slab.from_rows(x, plan.inputs) for plan in plans]
+    for layer in range(1, 4):
+        expected = layer_reference(net, layer, y)
+        nxt = []
+        for p, plan in enumerate(plans):
+            lp = plan.layers[layer - 1]
+            sources = plan.sources(layer)
+            given = {}
+            for i, q in enumerate(sources):
+                how = (layer + i) % 3
+                if how == 0:
+                    given[q] = slabs[q]
+                elif how == 1:
+                    given[q] = piece_for(plans[q].layers[layer - 1], [p], slabs[q])
+                else:
+                    others = [d for d in plans[q].destinations(layer) if d != p][:1]
+                    given[q] = piece_for(plans[q].layers[layer - 1], [p, *others], slabs[q])
+            out = part_layer_step(plan, layer, slabs[p], given)
+            got = np.zeros((x.shape[0], len(lp.own)), np.float32)
+            got[out.rows] = dense_of(out)
+            np.testing.assert_allclose(got, expected[:, lp.own], rtol=1e-5, atol=1e-5)
+            assert set(np.flatnonzero(got.any(axis=1))) == set(out.rows)
+            t = out.trace[-1]
+            assert t[0] == layer and t[1] == ("dense" if threshold == 0.0 else "sparse")
+            assert t[4] == out.nnz == np.count_nonzero(got)
+            nxt.append(out)
+        slabs = nxt
+        y = expected.astype(np.float32)
+    full = assemble(slabs, [plan.layers[2].own for plan in plans], y.shape)
+    np.testing.assert_allclose(full.toarray(), y, rtol=1e-5, atol=1e-5)
+
+
+def test_step_with_nothing_alive():
+    """Empty inputs, and inputs that all die: empty slabs, traced."""
+    n = 8
+    net = Network([sp.identity(n, format="csr", dtype=np.float32)] * 2, bias=-1.0, ymax=4.0)
+    part = make_neuron_partition(net, 2, "block")
+    x = sp.csr_matrix(np.full((5, n), 0.5, np.float32))  # 0.5 - 1 < 0: every row dies
+    for threshold in (0.0, 2.0):
+        out, finals = forward_parts(net, part, x, dense_threshold=threshold)
+        assert out.nnz == 0 and out.shape == (5, n)
+        assert all(len(s.rows) == 0 for s in finals)
+        assert [t[1] for t in finals[0].trace] == [
+            "dense" if threshold == 0.0 else "sparse", "none"]
+    out, finals = forward_parts(net, part, x[:0])
+    assert out.shape == (0, n) and all(t[1] == "none" for t in finals[0].trace)
+
+
+def test_warm_up_parts():
+    assert S.warm_up_parts() == "ok"
