@@ -214,11 +214,17 @@ def test_direct_run_interrupted_by_the_caller_leaves_nothing_behind(cluster, net
                                                                     data_problem):
     inputs, reference = data_problem
     executor = ModelParallelExecutor(cluster, network)
-    watcher = _when_running(cluster, lambda keys: _thread.interrupt_main())
-    started = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        executor.run(inputs, partition="hash", k=2)
-    watcher.join()
+    # Ctrl-C as a terminal gives it (importing dask_jobqueue, as other tests do, replaces
+    # the handler with one that exits)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        watcher = _when_running(cluster, lambda keys: _thread.interrupt_main())
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            executor.run(inputs, partition="hash", k=2)
+        watcher.join()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - started < 30
     _settled(cluster)
     assert_same_result(executor.run(inputs, partition="hash", k=2), reference)
