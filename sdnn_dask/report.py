@@ -180,7 +180,8 @@ def communication(records: pd.DataFrame, layers: pd.DataFrame) -> pd.DataFrame:
     -------
     pandas.DataFrame
         One row per (strategy, partition, layer): ``mb_moved``, the median over repeats of
-        the MB the run's parts received in that layer (Dask's transfer logs), and
+        the MB the run's parts received in that layer (counted by the direct transport, or
+        from Dask's transfer logs for the graph one), and
         ``columns_in``, the predicted columns received (km1). Empty without such runs.
     """
     table = runs(records)
@@ -214,7 +215,7 @@ def plot_communication(records: pd.DataFrame, layers: pd.DataFrame,
     ax.set_yscale("symlog", linthresh=0.01)
     ax.set_xlabel("layer")
     ax.set_ylabel("MB moved between workers")
-    ax.set_title("Communication per layer (Dask transfer logs, median over repeats)")
+    ax.set_title("Communication per layer (pieces' bytes, median over repeats)")
     ax.legend(fontsize=8)
     return _save(plt, fig, path)
 

@@ -54,7 +54,8 @@ class RunResult:
         Row groups ``R`` of the hybrid (1 for model parallelism; ``n_blocks`` for data
         parallelism, where every block is a row group of one part).
     bytes_moved
-        Bytes moved between workers during the run, from Dask's transfer logs (model
+        Bytes of the pieces moved between workers during the run, counted by the direct
+        transport or read from Dask's transfer logs for the graph one (model
         parallelism and hybrid; ``None`` where not measured).
     predicted_volume
         The neuron partition's communication volume: activation columns sent between

@@ -5,8 +5,12 @@ of ``k`` parts; each part is pinned to one worker (``part % workers``) and holds
 slice of every layer's weights (:func:`~sdnn_dask.slabs.make_part_plans`). Layer ``l`` is,
 per part ``p``::
 
-    send   q -> p :  Y_{l-1}[:, own_q & needed_p]     (a task on q's worker)
+    send   q -> p :  Y_{l-1}[:, own_q & needed_p]     (on q's worker)
     step   p      :  Y_l[:, own_p] = Y_{l-1}[:, needed_p] @ W_l[needed_p, own_p]
+
+Two transports carry the pieces: ``direct`` (the default; one long-running task per part
+runs every layer and sends its pieces worker to worker, :mod:`.direct`) and ``graph``
+(a Dask task per send and per step, every exchange scheduled by Dask).
 
 so a part receives exactly the activation columns it reads and does not own: the
 column-net hypergraph's connectivity minus one, which hypergraph partitioning minimises.
@@ -23,12 +27,14 @@ worker ``(g * C + p) % workers``. ``R = 1`` is model parallelism, ``C = 1`` data
 
 If a worker a run is placed on dies, its pinned tasks can never run elsewhere, and the
 slices and slabs scattered to it cannot be recomputed: the run is cancelled and raises
-:exc:`~sdnn_dask.parallel.faults.WorkerLostError` within about a second, and the next run
-places the plans again on the workers connected then.
+:exc:`~sdnn_dask.parallel.faults.WorkerLostError` within a second or two (on the direct
+transport every surviving part stops too), and the next run places the plans again on the
+workers connected then.
 
-Every task of a run carries the run's token in its key; the bytes the workers fetched are
-then read from Dask's transfer logs (:mod:`.transfers`) and reported per layer next to the
-partition's predicted volume.
+Every task of a run carries the run's token in its key. The direct transport counts the
+bytes of every piece it sends; for the graph one they are read from Dask's transfer logs
+(:mod:`.transfers`). Either way they are reported per layer next to the partition's
+predicted volume.
 """
 
 from __future__ import annotations
