@@ -15,12 +15,14 @@ import importlib.util
 import logging
 import math
 import os
+import shutil
 import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
@@ -31,6 +33,9 @@ from .network import Network
 from .partition import NEURON_PARTITIONS, ROW_PARTITIONS
 from .reference import check_categories
 from .result import RunResult, compare_outputs
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # --------------------------------------------------------------------------- progress
 
@@ -578,27 +583,105 @@ def cmd_compare(args: argparse.Namespace) -> int:
                                "parts", "seconds", "edges_per_s", "speedup", "vs_kernel",
                                "imbalance", "mb_moved", "predicted_volume", "check"]))
     if not args.no_write:
-        folder: Path = args.results
-        records.append_records(table, folder / records.RECORDS_FILE)
-        layer_frames = [records.layer_records(res, study=study) for res, *_ in results]
-        records.append_records(records.records_frame(layer_frames), folder / records.LAYERS_FILE)
-        write_text_atomic(folder / "summary.md", report.summary_markdown(table))
-        written = [folder / records.RECORDS_FILE, folder / records.LAYERS_FILE,
-                   folder / "summary.md"]
+        layer_table = records.records_frame([records.layer_records(res, study=study)
+                                             for res, *_ in results])
         try:
-            written.append(report.plot_comparison(table, folder / "comparison.png"))
-            all_layers = records.read_records(folder, "layers")
-            plot = report.plot_communication(table, all_layers, folder / "communication.png")
-            if plot is not None:
-                written.append(plot)
-        except ImportError as error:
-            progress.say(f"no plot: {error}")
+            written = write_results(args.results, table, layer_table, progress)
+        except KeyboardInterrupt:
+            print(f"interrupted while writing the results; {args.results}/ left as it was",
+                  file=sys.stderr)
+            return 130
+        except OSError as error:
+            print(f"error: writing the results failed ({error}); {args.results}/ left as it "
+                  "was", file=sys.stderr)
+            return 2
         print("\nwrote " + ", ".join(str(p) for p in written))
     failed = [res for res, check, *_ in results if check != "PASS"]
     if failed:
         print(f"\n{len(failed)} run(s) FAILED the check", file=sys.stderr)
         return 1
     return 0
+
+
+def write_results(folder: Path, runs: pd.DataFrame, layers: pd.DataFrame,
+                  progress: Progress) -> list[Path]:
+    """Write a study's files into ``folder`` all together, or leave it as it was.
+
+    Every file (``records.csv`` and ``layers.csv`` whole, old rows and new, ``summary.md``,
+    the plots) is first written into a hidden staging folder inside ``folder``. Only once all
+    are written are they renamed into place, each rename atomic (same file system). Before the
+    renames the old files are hard-linked into the staging folder, so a rename that fails, or
+    a Ctrl-C between two renames, puts every file back as it was. What is left is the
+    microseconds between two renames: a SIGKILL or power loss there leaves some files new and
+    some old (and a ``.staging-*`` folder).
+
+    Parameters
+    ----------
+    folder
+        The results folder (checked writable by :func:`_check_results_folder`).
+    runs, layers
+        This study's rows of ``records.csv`` and ``layers.csv``.
+    progress
+        Says when there is no plot (matplotlib missing).
+
+    Returns
+    -------
+    list of Path
+        The files written, in ``folder``.
+
+    Raises
+    ------
+    OSError, KeyboardInterrupt
+        With ``folder`` left as it was and no staging folder left behind.
+    """
+    staging = Path(tempfile.mkdtemp(dir=folder, prefix=".staging-"))
+    try:
+        names = [records.RECORDS_FILE, records.LAYERS_FILE]
+        for name, frame in zip(names, (runs, layers), strict=True):
+            if (folder / name).exists():  # appended: the old rows go first
+                shutil.copyfile(folder / name, staging / name)
+            records.append_records(frame, staging / name)
+        write_text_atomic(staging / "summary.md", report.summary_markdown(runs))
+        names.append("summary.md")
+        try:
+            names.append(report.plot_comparison(runs, staging / "comparison.png").name)
+            plot = report.plot_communication(runs, records.read_records(staging, "layers"),
+                                             staging / "communication.png")
+            if plot is not None:
+                names.append(plot.name)
+        except ImportError as error:
+            progress.say(f"no plot: {error}")
+        _move_into_place(staging, folder, names)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return [folder / name for name in names]
+
+
+def _move_into_place(staging: Path, folder: Path, names: list[str]) -> None:
+    """Rename ``staging/name`` over ``folder/name`` for every name; all or none."""
+    for name in names:  # a folder in a file's place would fail mid-way: refuse up front
+        if (folder / name).is_dir():
+            raise IsADirectoryError(f"{folder / name} is a folder, not a file")
+    backup = staging / ".old"
+    backup.mkdir()
+    for name in names:
+        if (folder / name).exists():
+            try:
+                os.link(folder / name, backup / name)
+            except OSError:  # no hard links on this file system: a copy does as well
+                shutil.copy2(folder / name, backup / name)
+    moved: list[str] = []
+    try:
+        for name in names:
+            os.replace(staging / name, folder / name)
+            moved.append(name)
+    except BaseException:
+        for name in reversed(moved):  # undo: the old file back, or none if there was none
+            if (backup / name).exists():
+                os.replace(backup / name, folder / name)
+            else:
+                (folder / name).unlink(missing_ok=True)
+        raise
 
 
 def cmd_partition(args: argparse.Namespace) -> int:

@@ -1,13 +1,19 @@
-"""User errors on the command line: ``error: ...`` on stderr, exit code 2, before any work."""
+"""User errors on the command line: ``error: ...`` on stderr, exit code 2, before any work.
+
+And the final write phase of ``compare``: every file replaced, or none.
+"""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
+from sdnn_dask import report
 from sdnn_dask.cli import main
 
 #: A small compare: serial runs only, one worker (a few seconds).
@@ -148,3 +154,87 @@ def test_exit_code_2_as_a_program():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr == "error: -k/--parts 2000: at most one part per neuron (N = 1024)\n"
+
+
+# --------------------------------------------------------------------------- the write phase
+
+OLD = {"records.csv": b"study,run_id\nold,1\n", "layers.csv": b"study,run_id\nold,1\n",
+       "summary.md": b"# the previous study\n", "comparison.png": b"old png bytes"}
+
+
+def _old_results(tmp_path: Path) -> Path:
+    results = tmp_path / "results"
+    results.mkdir()
+    for name, content in OLD.items():
+        (results / name).write_bytes(content)
+    return results
+
+
+def _assert_as_it_was(results: Path, extra: tuple[str, ...] = ()) -> None:
+    # nothing new: no staging folder, no temporary file
+    assert sorted(p.name for p in results.iterdir()) == sorted([*OLD, *extra])
+    assert {name: (results / name).read_bytes() for name in OLD} == OLD
+
+
+def test_compare_writes_every_file_and_keeps_the_old_rows(tmp_path, capsys):
+    results = _old_results(tmp_path)
+    code, err = run([*SMALL, "--results", str(results), "-q"], capsys)
+    assert code == 0, err
+    assert sorted(p.name for p in results.iterdir()) == sorted(OLD)  # no plot without model
+    runs = pd.read_csv(results / "records.csv")
+    assert runs["study"].iloc[0] == "old" and len(runs) == 3  # old row, reference, kernel
+    assert (results / "summary.md").read_bytes() != OLD["summary.md"]
+    assert (results / "comparison.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_compare_makes_a_missing_results_folder(tmp_path, capsys):
+    results = tmp_path / "new" / "results"
+    code, err = run([*SMALL, "--results", str(results), "-q"], capsys)
+    assert code == 0, err
+    assert {p.name for p in results.iterdir()} == {"records.csv", "layers.csv", "summary.md",
+                                                    "comparison.png"}
+
+
+def test_failed_write_leaves_results_as_they_were(tmp_path, capsys):
+    """``communication.png`` a folder: the write phase fails, every file keeps its bytes."""
+    results = _old_results(tmp_path)
+    (results / "communication.png").mkdir()
+    code, err = run([*SMALL, "--model", "block", "-k", "2", "--results", str(results), "-q"],
+                    capsys)
+    assert code == 2, err
+    assert "error: writing the results failed" in err and "communication.png" in err
+    assert "left as it was" in err
+    _assert_as_it_was(results, extra=("communication.png",))
+    assert not any((results / "communication.png").iterdir())
+
+
+def test_interrupt_while_writing_leaves_results_as_they_were(tmp_path, capsys, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report, "plot_comparison", interrupted)
+    results = _old_results(tmp_path)
+    code, err = run([*SMALL, "--results", str(results), "-q"], capsys)
+    assert code == 130, err
+    assert "interrupted while writing the results" in err and "left as it was" in err
+    _assert_as_it_was(results)
+
+
+def test_interrupt_between_the_renames_puts_the_old_files_back(tmp_path, capsys, monkeypatch):
+    """A Ctrl-C after two of four files were moved into place: both are moved back."""
+    results = _old_results(tmp_path)
+    replace = os.replace
+    moves = []
+
+    def replace_then_interrupt(src, dst):
+        if Path(dst).parent == results and Path(src).parent.name.startswith(".staging-"):
+            moves.append(dst)  # a move into place (the undo moves come from .staging-*/.old)
+            if len(moves) == 3:
+                raise KeyboardInterrupt
+        return replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace_then_interrupt)
+    code, err = run([*SMALL, "--results", str(results), "-q"], capsys)
+    assert code == 130, err
+    assert len(moves) == 3
+    _assert_as_it_was(results)
