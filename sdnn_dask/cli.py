@@ -174,8 +174,15 @@ def _check_row_groups(row_groups: int, rows: int) -> None:
                          "rows")
 
 
-def _check_results_folder(folder: Path) -> None:
+def _check_writable_folder(folder: Path, option: str) -> None:
     """Make ``folder`` if missing and make sure a file can be created in it, before any run.
+
+    Parameters
+    ----------
+    folder
+        ``compare``'s results folder, or ``generate``'s output folder.
+    option
+        How the message names it (``--results``, ``generate OUT``).
 
     Raises
     ------
@@ -184,14 +191,14 @@ def _check_results_folder(folder: Path) -> None:
         mode bits: root passes ``os.access`` everywhere).
     """
     if folder.exists() and not folder.is_dir():
-        raise UsageError(f"--results {folder}: not a folder")
+        raise UsageError(f"{option} {folder}: not a folder")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-test-")
         os.close(fd)
         os.unlink(probe)
     except OSError as error:
-        raise UsageError(f"--results {folder}: not writable ({error.strerror or error})"
+        raise UsageError(f"{option} {folder}: not writable ({error.strerror or error})"
                          ) from error
 
 
@@ -311,6 +318,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     out: Path = args.out
     n, layers = args.neurons, args.layers
     suffix = ".tsv.gz" if args.gzip else ".tsv"
+    _check_writable_folder(out, "generate OUT")
     with progress.step(f"generating RadiX-Net {n}-{layers}"):
         network = make_network(n, layers, seed=args.seed)
     rows = 60000 if args.inputs is None else args.inputs
@@ -521,7 +529,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     hybrid = _names(args.hybrid or default, NEURON_PARTITIONS, "--hybrid")
     transports = _transports(args.transport)
     if not args.no_write:
-        _check_results_folder(args.results)
+        _check_writable_folder(args.results, "--results")
     problem = load_problem(args, progress)
     net, inputs = problem.network, problem.inputs
     if hybrid:
@@ -618,7 +626,7 @@ def write_results(folder: Path, runs: pd.DataFrame, layers: pd.DataFrame,
     Parameters
     ----------
     folder
-        The results folder (checked writable by :func:`_check_results_folder`).
+        The results folder (checked writable by :func:`_check_writable_folder`).
     runs, layers
         This study's rows of ``records.csv`` and ``layers.csv``.
     progress

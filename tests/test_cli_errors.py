@@ -140,6 +140,18 @@ def test_results_folder_not_writable_fails_before_any_run(where, tmp_path, capsy
         assert results.read_text() == "not a folder"
 
 
+@pytest.mark.parametrize("where", ["file", "proc"])
+def test_generate_into_a_file_or_unwritable_folder(where, tmp_path, capsys):
+    out = tmp_path / "out" if where == "file" else Path("/proc/nope")
+    if where == "file":
+        out.write_text("a file")
+    code, err = run(["generate", str(out), "-L", "1", "-n", "5"], capsys)
+    assert code == 2, err
+    assert f"error: generate OUT {out}: not " + ("a folder" if where == "file" else
+                                                 "writable") in err
+    assert "generating" not in err
+
+
 def test_study_unknown_cluster(tmp_path, capsys):
     pytest.importorskip("nbclient", reason="needs the study extra")
     notebook = tmp_path / "x.ipynb"
