@@ -642,27 +642,45 @@ def write_results(folder: Path, runs: pd.DataFrame, layers: pd.DataFrame,
     OSError, KeyboardInterrupt
         With ``folder`` left as it was and no staging folder left behind.
     """
-    staging = Path(tempfile.mkdtemp(dir=folder, prefix=".staging-"))
-    try:
-        names = [records.RECORDS_FILE, records.LAYERS_FILE]
-        for name, frame in zip(names, (runs, layers), strict=True):
+    with _staged_writes(folder) as (staging, names):
+        for name, frame in ((records.RECORDS_FILE, runs), (records.LAYERS_FILE, layers)):
             if (folder / name).exists():  # appended: the old rows go first
                 shutil.copyfile(folder / name, staging / name)
             records.append_records(frame, staging / name)
-        write_text_atomic(staging / "summary.md", report.summary_markdown(runs))
-        names.append("summary.md")
-        try:
-            names.append(report.plot_comparison(runs, staging / "comparison.png").name)
-            plot = report.plot_communication(runs, records.read_records(staging, "layers"),
-                                             staging / "communication.png")
-            if plot is not None:
-                names.append(plot.name)
-        except ImportError as error:
-            progress.say(f"no plot: {error}")
+            names.append(name)
+        _write_report(staging, names, runs, records.read_records(staging, "layers"),
+                      progress.say)
+    return [folder / name for name in names]
+
+
+def _write_report(staging: Path, names: list[str], runs: pd.DataFrame, layers: pd.DataFrame,
+                  say) -> None:
+    """``summary.md`` and the plots (none without matplotlib) into ``staging``."""
+    write_text_atomic(staging / "summary.md", report.summary_markdown(runs))
+    names.append("summary.md")
+    try:
+        names.append(report.plot_comparison(runs, staging / "comparison.png").name)
+        plot = report.plot_communication(runs, layers, staging / "communication.png")
+        if plot is not None:
+            names.append(plot.name)
+    except ImportError as error:
+        say(f"no plot: {error}")
+
+
+@contextlib.contextmanager
+def _staged_writes(folder: Path) -> Iterator[tuple[Path, list[str]]]:
+    """A hidden staging folder in ``folder`` and the list of names written into it.
+
+    On leaving without error, every named file is moved into ``folder``
+    (:func:`_move_into_place`); whatever happens, the staging folder is removed.
+    """
+    staging = Path(tempfile.mkdtemp(dir=folder, prefix=".staging-"))
+    names: list[str] = []
+    try:
+        yield staging, names
         _move_into_place(staging, folder, names)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return [folder / name for name in names]
 
 
 def _move_into_place(staging: Path, folder: Path, names: list[str]) -> None:
@@ -777,14 +795,20 @@ def cmd_study(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     table = records.read_records(args.results)
     summary = report.summary_markdown(table)
-    if args.write:
-        write_text_atomic(args.results / "summary.md", summary)
+    if args.write:  # all together, or none, as compare writes them
+        layers = records.read_records(args.results, "layers")
         try:
-            report.plot_comparison(table, args.results / "comparison.png")
-            report.plot_communication(table, records.read_records(args.results, "layers"),
-                                      args.results / "communication.png")
-        except ImportError as error:
-            print(f"no plot: {error}", file=sys.stderr)
+            with _staged_writes(args.results) as (staging, names):
+                _write_report(staging, names, table, layers,
+                              lambda message: print(message, file=sys.stderr))
+        except KeyboardInterrupt:
+            print(f"interrupted while writing the report; {args.results}/ left as it was",
+                  file=sys.stderr)
+            return 130
+        except OSError as error:
+            print(f"error: writing the report failed ({error}); {args.results}/ left as it "
+                  "was", file=sys.stderr)
+            return 2
     print(summary)
     return 0
 

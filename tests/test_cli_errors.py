@@ -250,3 +250,18 @@ def test_interrupt_between_the_renames_puts_the_old_files_back(tmp_path, capsys,
     assert code == 130, err
     assert len(moves) == 3
     _assert_as_it_was(results)
+
+
+def test_report_write_is_all_or_nothing(tmp_path, capsys):
+    results = tmp_path / "results"
+    assert run([*SMALL, "--results", str(results), "-q"], capsys)[0] == 0
+    (results / "comparison.png").unlink()
+    (results / "comparison.png").mkdir()
+    summary = b"# an older summary\n"  # not what the report would write
+    (results / "summary.md").write_bytes(summary)
+    code, err = run(["report", "--results", str(results), "--write"], capsys)
+    assert code == 2, err
+    assert "error: writing the report failed" in err and "left as it was" in err
+    assert (results / "summary.md").read_bytes() == summary
+    assert sorted(p.name for p in results.iterdir()) == ["comparison.png", "layers.csv",
+                                                         "records.csv", "summary.md"]
