@@ -13,23 +13,30 @@ import argparse
 import contextlib
 import importlib.util
 import logging
+import math
 import os
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
 
-from . import io, records, report
+from . import config, io, records, report
 from ._files import write_text_atomic
 from .check import BoundedReference, bounded_reference, check_result
 from .network import Network
 from .partition import NEURON_PARTITIONS, ROW_PARTITIONS
 from .reference import check_categories
 from .result import RunResult
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # --------------------------------------------------------------------------- progress
 
@@ -70,6 +77,132 @@ class Progress:
         self.say(f"{message}: done in {time.perf_counter() - start:.1f} s")
 
 
+# --------------------------------------------------------------------------- user errors
+
+
+class UsageError(SystemExit):
+    """A mistake in what the user asked: ``main`` prints ``error: <message>``, exits 2.
+
+    A :class:`SystemExit` whose ``code`` is 2 (argparse's own code for a bad command line),
+    and whose ``str`` is the message: uncaught, it still ends the program with status 2.
+    """
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.code = 2
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def _at_least(low: int):
+    """An argparse ``type=``: an integer ``>= low`` (argparse exits 2 with ``error:``)."""
+
+    def parse(text: str) -> int:
+        value = _integer(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+POSITIVE = _at_least(1)
+NON_NEGATIVE = _at_least(0)
+
+
+def supported_sizes() -> list[int]:
+    """The N the challenge defines (a bias for), hence the ones a network can have here."""
+    return sorted(int(k) for k in config.get("bias"))
+
+
+def _neurons(text: str) -> int:
+    value = _integer(text)
+    sizes = supported_sizes()
+    if value not in sizes:
+        raise argparse.ArgumentTypeError(
+            f"must be one of {', '.join(map(str, sizes))} (the challenge's sizes), got {value}")
+    return value
+
+
+def _epsilon(text: str) -> float:
+    # the partitioner takes any epsilon >= 0 (0: perfect balance, as far as it can)
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def _check_arguments(args: argparse.Namespace) -> None:
+    """What argparse cannot check one option at a time, before any work starts.
+
+    Raises
+    ------
+    UsageError
+        For parts outside ``1..N``, a missing ``--data`` folder, ``--inputs-file`` or
+        ``--truth`` file, or these two without ``--data``.
+    """
+    parts = getattr(args, "parts", None) if args.command != "partition" else args.k
+    neurons = getattr(args, "neurons", None)
+    if parts is not None and neurons is not None and parts > neurons:
+        raise UsageError(f"-k/--parts {parts}: at most one part per neuron (N = {neurons})")
+    data = getattr(args, "data", None)
+    if data is not None and not data.is_dir():
+        raise UsageError(f"--data {data}: no such folder")
+    for option in ("inputs_file", "truth"):
+        path = getattr(args, option, None)
+        if path is None:
+            continue
+        name = "--" + option.replace("_", "-")
+        if data is None:
+            raise UsageError("--inputs-file and --truth go with --data")
+        if not path.is_file():
+            raise UsageError(f"{name} {path}: no such file")
+
+
+def _check_row_groups(row_groups: int, rows: int) -> None:
+    """Each row group needs a row: more groups than rows is a mistake, not a slow run."""
+    if row_groups > rows:
+        raise UsageError(f"--row-groups {row_groups}: more row groups than the {rows} input "
+                         "rows")
+
+
+def _check_writable_folder(folder: Path, option: str) -> None:
+    """Make ``folder`` if missing and make sure a file can be created in it, before any run.
+
+    Parameters
+    ----------
+    folder
+        ``compare``'s results folder, or ``generate``'s output folder.
+    option
+        How the message names it (``--results``, ``generate OUT``).
+
+    Raises
+    ------
+    UsageError
+        If it is a file, cannot be made, or is not writable (tried, not guessed from the
+        mode bits: root passes ``os.access`` everywhere).
+    """
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"{option} {folder}: not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-test-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as error:
+        raise UsageError(f"{option} {folder}: not writable ({error.strerror or error})"
+                         ) from error
+
+
 # --------------------------------------------------------------------------- the problem
 
 
@@ -84,13 +217,14 @@ class Problem:
 
 
 def _add_network_arguments(group: argparse._ArgumentGroup, *, with_inputs: bool) -> None:
-    group.add_argument("--neurons", "-N", type=int, default=1024, help="neurons per layer (1024)")
-    group.add_argument("--layers", "-L", type=int, default=120, help="layers (120)")
+    group.add_argument("--neurons", "-N", type=_neurons, default=1024,
+                       help="neurons per layer: 1024, 4096, 16384 or 65536 (1024)")
+    group.add_argument("--layers", "-L", type=POSITIVE, default=120, help="layers (120)")
     if with_inputs:
-        group.add_argument("--inputs", "-n", type=int, default=None,
+        group.add_argument("--inputs", "-n", type=POSITIVE, default=None,
                            help="input rows: generated count (60000), or the first rows of "
                                 "--data")
-    group.add_argument("--seed", type=int, default=0, help="seed of what is generated (0)")
+    group.add_argument("--seed", type=NON_NEGATIVE, default=0, help="seed of what is generated (0)")
     group.add_argument("--data", type=Path, default=None,
                        help="challenge folder with neuron{N}/n{N}-l{k}.tsv[.gz]"
                             + (" and the inputs" if with_inputs else ""))
@@ -100,11 +234,11 @@ def _add_network_arguments(group: argparse._ArgumentGroup, *, with_inputs: bool)
 
 def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("model parallelism and hybrid")
-    g.add_argument("-k", "--parts", type=int, default=None,
+    g.add_argument("-k", "--parts", type=POSITIVE, default=None,
                    help="neuron parts (default: one per worker)")
-    g.add_argument("--row-groups", type=int, default=2,
+    g.add_argument("--row-groups", type=POSITIVE, default=2,
                    help="row groups R of the hybrid, each run by its own k parts (2)")
-    g.add_argument("--epsilon", type=float, default=0.03,
+    g.add_argument("--epsilon", type=_epsilon, default=0.03,
                    help="hypergraph partitioning's imbalance bound (0.03)")
     g.add_argument("--transport", default="direct",
                    help="how parts exchange activations: direct (worker to worker, one "
@@ -121,7 +255,7 @@ def _add_problem_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--truth", type=Path, default=None,
                    help="categories file (default: DATA/neuron{N}-l{L}-categories.tsv[.gz] "
                         "if present)")
-    g.add_argument("--tile", type=int, default=1,
+    g.add_argument("--tile", type=POSITIVE, default=1,
                    help="repeat the inputs this many times (e.g. official 1200 rows x 50)")
 
 
@@ -143,11 +277,8 @@ def load_problem(args: argparse.Namespace, progress: Progress) -> Problem:
     from .radixnet import make_inputs
 
     n, layers = args.neurons, args.layers
-    if args.tile < 1:
-        raise SystemExit("error: --tile must be >= 1")
+    # the options were checked by the parser and _check_arguments
     if args.data is None:
-        if args.inputs_file or args.truth:
-            raise SystemExit("error: --inputs-file and --truth go with --data")
         rows = 60000 if args.inputs is None else args.inputs
         network = load_network(args, progress)
         with progress.step(f"generating {rows} synthetic inputs"):
@@ -167,8 +298,6 @@ def load_problem(args: argparse.Namespace, progress: Progress) -> Problem:
             truth = truth[truth < inputs.shape[0]]
             progress.say(f"truth: {truth_path} ({len(truth)} categories among "
                          f"{inputs.shape[0]} rows)")
-        elif args.truth:
-            raise SystemExit(f"error: {args.truth}: no such file")
         source = f"challenge files in {args.data}"
     if args.tile > 1:
         rows = inputs.shape[0]
@@ -190,6 +319,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     out: Path = args.out
     n, layers = args.neurons, args.layers
     suffix = ".tsv.gz" if args.gzip else ".tsv"
+    _check_writable_folder(out, "generate OUT")
     with progress.step(f"generating RadiX-Net {n}-{layers}"):
         network = make_network(n, layers, seed=args.seed)
     rows = 60000 if args.inputs is None else args.inputs
@@ -241,7 +371,7 @@ def _cluster_client(args: argparse.Namespace, progress: Progress):
         with progress.step(message):
             return cluster_client(where, n_workers=workers)
     except (ClusterError, ImportError) as error:
-        raise SystemExit(f"error: {error}") from error
+        raise UsageError(str(error)) from error
 
 
 @contextlib.contextmanager
@@ -260,6 +390,9 @@ def _batch_runner(args: argparse.Namespace) -> Iterator[None]:
     try:
         kind, options = ("address", {}) if is_address(args.cluster) else cluster_profile(
             args.cluster)
+        if kind == "address" and args.workers:  # checked here: compare connects late
+            raise ClusterError(f"--workers starts workers (local, slurm): {args.cluster} is "
+                               "a running scheduler")
         if kind != "slurm-batch":
             runner = None
         elif args.workers:
@@ -268,7 +401,7 @@ def _batch_runner(args: argparse.Namespace) -> Iterator[None]:
         else:
             runner = start_slurm_runner(**options)
     except (ClusterError, ImportError) as error:
-        raise SystemExit(f"error: {error}") from error
+        raise UsageError(str(error)) from error
     if runner is None:
         yield
         return
@@ -311,9 +444,10 @@ def cmd_infer(args: argparse.Namespace) -> int:
 
         method = args.partition if args.partition in NEURON_PARTITIONS else None
         if method is None:
-            raise SystemExit(f"error: --strategy {args.strategy} takes a neuron partition "
+            raise UsageError(f"--strategy {args.strategy} takes a neuron partition "
                              f"{NEURON_PARTITIONS}, not {args.partition!r}")
         row_groups = args.row_groups if args.strategy == "hybrid" else 1
+        _check_row_groups(row_groups, problem.inputs.shape[0])
         [transport] = _one_transport(args.transport)
         with _cluster_client(args, progress) as client:
             executor = ModelParallelExecutor(client, problem.network)
@@ -337,7 +471,7 @@ def cmd_infer(args: argparse.Namespace) -> int:
 
 def _check_row_partition(name: str) -> None:
     if name not in ROW_PARTITIONS:
-        raise SystemExit(f"error: --strategy data takes a row partition {ROW_PARTITIONS}, "
+        raise UsageError(f"--strategy data takes a row partition {ROW_PARTITIONS}, "
                          f"not {name!r}")
 
 
@@ -347,7 +481,7 @@ def _names(value: str, allowed: Sequence[str], option: str, what: str = "partiti
     names = [v.strip() for v in value.split(",") if v.strip() and v.strip() != "none"]
     unknown = sorted(set(names) - set(allowed))
     if unknown:
-        raise SystemExit(f"error: {option}: unknown {what} {unknown}; choose from "
+        raise UsageError(f"{option}: unknown {what} {unknown}; choose from "
                          f"{', '.join(allowed)} (or none)")
     return names
 
@@ -357,14 +491,14 @@ def _transports(value: str) -> list[str]:
 
     names = _names(value, TRANSPORTS, "--transport", "transport(s)")
     if not names:
-        raise SystemExit(f"error: --transport: name one of {', '.join(TRANSPORTS)}")
+        raise UsageError(f"--transport: name one of {', '.join(TRANSPORTS)}")
     return list(dict.fromkeys(names))
 
 
 def _one_transport(value: str) -> list[str]:
     names = _transports(value)
     if len(names) != 1:
-        raise SystemExit("error: --transport: infer runs one transport; compare takes several")
+        raise UsageError("--transport: infer runs one transport; compare takes several")
     return names
 
 
@@ -386,7 +520,7 @@ def _neuron_partition(network: Network, method: str, k: int, args: argparse.Name
             return make_neuron_partition(network, k, method, seed=args.seed,
                                          epsilon=args.epsilon, cache=True)
         except ImportError as error:
-            raise SystemExit(f"error: {error}") from error
+            raise UsageError(str(error)) from error
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -397,11 +531,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     default = _default_neuron_partitions(progress)
     model = _names(args.model or default, NEURON_PARTITIONS, "--model")
     hybrid = _names(args.hybrid or default, NEURON_PARTITIONS, "--hybrid")
-    if args.row_groups < 1:
-        raise SystemExit("error: --row-groups must be at least 1")
     transports = _transports(args.transport)
+    if not args.no_write:
+        _check_writable_folder(args.results, "--results")
     problem = load_problem(args, progress)
     net, inputs = problem.network, problem.inputs
+    if hybrid:
+        _check_row_groups(args.row_groups, inputs.shape[0])
     progress.say(f"problem: {problem.source}: {inputs.shape[0]} inputs, {net.edges:,} edges")
     study = records.new_study_id()
     results: list[tuple[RunResult, str, str, float]] = []
@@ -465,27 +601,123 @@ def cmd_compare(args: argparse.Namespace) -> int:
                                "parts", "seconds", "edges_per_s", "speedup", "vs_kernel",
                                "imbalance", "mb_moved", "predicted_volume", "check"]))
     if not args.no_write:
-        folder: Path = args.results
-        records.append_records(table, folder / records.RECORDS_FILE)
-        layer_frames = [records.layer_records(res, study=study) for res, *_ in results]
-        records.append_records(records.records_frame(layer_frames), folder / records.LAYERS_FILE)
-        write_text_atomic(folder / "summary.md", report.summary_markdown(table))
-        written = [folder / records.RECORDS_FILE, folder / records.LAYERS_FILE,
-                   folder / "summary.md"]
+        layer_table = records.records_frame([records.layer_records(res, study=study)
+                                             for res, *_ in results])
         try:
-            written.append(report.plot_comparison(table, folder / "comparison.png"))
-            all_layers = records.read_records(folder, "layers")
-            plot = report.plot_communication(table, all_layers, folder / "communication.png")
-            if plot is not None:
-                written.append(plot)
-        except ImportError as error:
-            progress.say(f"no plot: {error}")
+            written = write_results(args.results, table, layer_table, progress)
+        except KeyboardInterrupt:
+            print(f"interrupted while writing the results; {args.results}/ left as it was",
+                  file=sys.stderr)
+            return 130
+        except OSError as error:
+            print(f"error: writing the results failed ({error}); {args.results}/ left as it "
+                  "was", file=sys.stderr)
+            return 2
         print("\nwrote " + ", ".join(str(p) for p in written))
     failed = [res for res, check, *_ in results if check != "PASS"]
     if failed:
         print(f"\n{len(failed)} run(s) FAILED the check", file=sys.stderr)
         return 1
     return 0
+
+
+def write_results(folder: Path, runs: pd.DataFrame, layers: pd.DataFrame,
+                  progress: Progress) -> list[Path]:
+    """Write a study's files into ``folder`` all together, or leave it as it was.
+
+    Every file (``records.csv`` and ``layers.csv`` whole, old rows and new, ``summary.md``,
+    the plots) is first written into a hidden staging folder inside ``folder``. Only once all
+    are written are they renamed into place, each rename atomic (same file system). Before the
+    renames the old files are hard-linked into the staging folder, so a rename that fails, or
+    a Ctrl-C between two renames, puts every file back as it was. What is left is the
+    microseconds between two renames: a SIGKILL or power loss there leaves some files new and
+    some old (and a ``.staging-*`` folder).
+
+    Parameters
+    ----------
+    folder
+        The results folder (checked writable by :func:`_check_writable_folder`).
+    runs, layers
+        This study's rows of ``records.csv`` and ``layers.csv``.
+    progress
+        Says when there is no plot (matplotlib missing).
+
+    Returns
+    -------
+    list of Path
+        The files written, in ``folder``.
+
+    Raises
+    ------
+    OSError, KeyboardInterrupt
+        With ``folder`` left as it was and no staging folder left behind.
+    """
+    with _staged_writes(folder) as (staging, names):
+        for name, frame in ((records.RECORDS_FILE, runs), (records.LAYERS_FILE, layers)):
+            if (folder / name).exists():  # appended: the old rows go first
+                shutil.copyfile(folder / name, staging / name)
+            records.append_records(frame, staging / name)
+            names.append(name)
+        _write_report(staging, names, runs, records.read_records(staging, "layers"),
+                      progress.say)
+    return [folder / name for name in names]
+
+
+def _write_report(staging: Path, names: list[str], runs: pd.DataFrame, layers: pd.DataFrame,
+                  say) -> None:
+    """``summary.md`` and the plots (none without matplotlib) into ``staging``."""
+    write_text_atomic(staging / "summary.md", report.summary_markdown(runs))
+    names.append("summary.md")
+    try:
+        names.append(report.plot_comparison(runs, staging / "comparison.png").name)
+        plot = report.plot_communication(runs, layers, staging / "communication.png")
+        if plot is not None:
+            names.append(plot.name)
+    except ImportError as error:
+        say(f"no plot: {error}")
+
+
+@contextlib.contextmanager
+def _staged_writes(folder: Path) -> Iterator[tuple[Path, list[str]]]:
+    """A hidden staging folder in ``folder`` and the list of names written into it.
+
+    On leaving without error, every named file is moved into ``folder``
+    (:func:`_move_into_place`); whatever happens, the staging folder is removed.
+    """
+    staging = Path(tempfile.mkdtemp(dir=folder, prefix=".staging-"))
+    names: list[str] = []
+    try:
+        yield staging, names
+        _move_into_place(staging, folder, names)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _move_into_place(staging: Path, folder: Path, names: list[str]) -> None:
+    """Rename ``staging/name`` over ``folder/name`` for every name; all or none."""
+    for name in names:  # a folder in a file's place would fail mid-way: refuse up front
+        if (folder / name).is_dir():
+            raise IsADirectoryError(f"{folder / name} is a folder, not a file")
+    backup = staging / ".old"
+    backup.mkdir()
+    for name in names:
+        if (folder / name).exists():
+            try:
+                os.link(folder / name, backup / name)
+            except OSError:  # no hard links on this file system: a copy does as well
+                shutil.copy2(folder / name, backup / name)
+    moved: list[str] = []
+    try:
+        for name in names:
+            os.replace(staging / name, folder / name)
+            moved.append(name)
+    except BaseException:
+        for name in reversed(moved):  # undo: the old file back, or none if there was none
+            if (backup / name).exists():
+                os.replace(backup / name, folder / name)
+            else:
+                (folder / name).unlink(missing_ok=True)
+        raise
 
 
 def cmd_partition(args: argparse.Namespace) -> int:
@@ -524,15 +756,23 @@ def cmd_study(args: argparse.Namespace) -> int:
         import nbclient
         import nbformat
     except ImportError as error:
-        raise SystemExit(f"error: {STUDY_MISSING}") from error
+        raise UsageError(STUDY_MISSING) from error
     progress = Progress(args.quiet)
     path: Path = args.notebook
     if not path.is_file():
-        raise SystemExit(f"error: {path}: no such notebook")
+        raise UsageError(f"{path}: no such notebook")
     if args.cluster == "slurm-batch":
-        raise SystemExit("error: a study runs its clusters from a notebook kernel; use "
+        raise UsageError("a study runs its clusters from a notebook kernel; use "
                          "--cluster slurm, or run it inside an allocation with "
                          "--cluster <the scheduler's address>")
+    if args.cluster:  # an unknown profile fails here, not in the notebook's first cell
+        from .cluster import ClusterError, cluster_profile, is_address
+
+        try:
+            if not is_address(args.cluster):
+                cluster_profile(args.cluster)
+        except ClusterError as error:
+            raise UsageError(str(error)) from error
     # The kernel is a new process: the notebook's cluster_client() reads these on import.
     if args.cluster:
         os.environ["DASK_SDNN__CLUSTER__DEFAULT"] = args.cluster
@@ -542,7 +782,7 @@ def cmd_study(args: argparse.Namespace) -> int:
     try:
         notebook = nbformat.read(path, as_version=4)
     except Exception as error:  # nbformat raises several kinds for a bad file
-        raise SystemExit(f"error: {path}: not a readable notebook ({error})") from error
+        raise UsageError(f"{path}: not a readable notebook ({error})") from error
     out: Path = args.out or Path(f"{path.stem}.executed.ipynb")
     cells = sum(c.cell_type == "code" for c in notebook.cells)
     client = nbclient.NotebookClient(notebook, timeout=args.timeout, kernel_name="python3",
@@ -565,14 +805,20 @@ def cmd_study(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     table = records.read_records(args.results)
     summary = report.summary_markdown(table)
-    if args.write:
-        write_text_atomic(args.results / "summary.md", summary)
+    if args.write:  # all together, or none, as compare writes them
+        layers = records.read_records(args.results, "layers")
         try:
-            report.plot_comparison(table, args.results / "comparison.png")
-            report.plot_communication(table, records.read_records(args.results, "layers"),
-                                      args.results / "communication.png")
-        except ImportError as error:
-            print(f"no plot: {error}", file=sys.stderr)
+            with _staged_writes(args.results) as (staging, names):
+                _write_report(staging, names, table, layers,
+                              lambda message: print(message, file=sys.stderr))
+        except KeyboardInterrupt:
+            print(f"interrupted while writing the report; {args.results}/ left as it was",
+                  file=sys.stderr)
+            return 130
+        except OSError as error:
+            print(f"error: writing the report failed ({error}); {args.results}/ left as it "
+                  "was", file=sys.stderr)
+            return 2
     print(summary)
     return 0
 
@@ -590,7 +836,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
             shown = {"kind": kind, **{k.replace("_", "-"): v for k, v in options.items()}}
             print(yaml.safe_dump(shown, sort_keys=False), end="")
     except (ClusterError, ImportError) as error:
-        raise SystemExit(f"error: {error}") from error
+        raise UsageError(str(error)) from error
     return 0
 
 
@@ -604,7 +850,7 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
              "slurm (workers as SLURM jobs, TLS), slurm-batch (inside srun, see "
              "studies/slurm-compare.sbatch), a profile of sdnn.clusters, or a running "
              "scheduler's address (tls://host:port)")
-    parser.add_argument("--workers", type=int, default=None,
+    parser.add_argument("--workers", type=POSITIVE, default=None,
                         help="workers to start: LocalCluster processes (default: cores) or "
                              "SLURM workers (default: sdnn.slurm.n-workers)")
 
@@ -621,10 +867,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("generate", help="write a RadiX-Net network and inputs in challenge format")
     p.add_argument("out", type=Path, help="output folder")
-    p.add_argument("--neurons", "-N", type=int, default=1024)
-    p.add_argument("--layers", "-L", type=int, default=120)
-    p.add_argument("--inputs", "-n", type=int, default=None, help="input rows (60000)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--neurons", "-N", type=_neurons, default=1024,
+                   help="neurons per layer: 1024, 4096, 16384 or 65536 (1024)")
+    p.add_argument("--layers", "-L", type=POSITIVE, default=120)
+    p.add_argument("--inputs", "-n", type=POSITIVE, default=None, help="input rows (60000)")
+    p.add_argument("--seed", type=NON_NEGATIVE, default=0)
     p.add_argument("--gzip", action="store_true", help="write .tsv.gz files")
     p.add_argument("--no-truth", action="store_true",
                    help="do not compute and write the categories file")
@@ -640,7 +887,7 @@ def build_parser() -> argparse.ArgumentParser:
                    default="block", help="row partition (data) or neuron partition (model, "
                    "hybrid); block")
     _add_cluster_arguments(p)
-    p.add_argument("--blocks", type=int, default=None, help="row blocks (one per worker)")
+    p.add_argument("--blocks", type=POSITIVE, default=None, help="row blocks (one per worker)")
     _add_model_arguments(p)
     p.add_argument("--categories-out", type=Path, default=None,
                    help="write the categories found to this file")
@@ -661,9 +908,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="neuron partitions of the hybrid runs (--row-groups x --parts; "
                    "default as --model; none: no hybrid runs)")
     _add_cluster_arguments(p)
-    p.add_argument("--blocks", type=int, default=None, help="row blocks (one per worker)")
+    p.add_argument("--blocks", type=POSITIVE, default=None, help="row blocks (one per worker)")
     _add_model_arguments(p)
-    p.add_argument("--repeat", type=int, default=1, help="runs of each configuration")
+    p.add_argument("--repeat", type=POSITIVE, default=1, help="runs of each configuration")
     p.add_argument("--results", type=Path, default=Path("results"),
                    help="folder for records.csv, layers.csv, summary.md (results/)")
     p.add_argument("--no-write", action="store_true", help="print only; write no records")
@@ -674,11 +921,11 @@ def build_parser() -> argparse.ArgumentParser:
                                          "print km1 (communication) and balance")
     _add_network_arguments(p.add_argument_group("network (generated unless --data is given)"),
                            with_inputs=False)
-    p.add_argument("-k", "--parts", dest="k", type=int, default=4, help="parts (4)")
+    p.add_argument("-k", "--parts", dest="k", type=POSITIVE, default=4, help="parts (4)")
     p.add_argument("--method", choices=NEURON_PARTITIONS, default="hypergraph")
-    p.add_argument("--epsilon", type=float, default=0.03,
+    p.add_argument("--epsilon", type=_epsilon, default=0.03,
                    help="hypergraph imbalance bound (0.03)")
-    p.add_argument("--nbuckets", type=int, default=1, help="buckets of the hash (P = 128 x)")
+    p.add_argument("--nbuckets", type=POSITIVE, default=1, help="buckets of the hash (P = 128 x)")
     p.add_argument("--out", type=Path, default=None, help="write the partition (.npz)")
     p.add_argument("--per-layer", action="store_true", help="print every layer's figures")
     p.add_argument("--no-partition-cache", action="store_true",
@@ -702,7 +949,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cluster_arguments(p)
     p.add_argument("--out", type=Path, default=None,
                    help="the executed notebook (default: NAME.executed.ipynb here)")
-    p.add_argument("--timeout", type=int, default=1800, help="seconds per cell (1800)")
+    p.add_argument("--timeout", type=POSITIVE, default=1800, help="seconds per cell (1800)")
     p.add_argument("--quiet", "-q", action="store_true")
     p.set_defaults(func=cmd_study)
 
@@ -720,13 +967,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # the in-process scheduler logs every worker's arrival and departure at INFO
     logging.getLogger("distributed").setLevel(logging.WARNING)
-    if getattr(args, "repeat", 1) < 1:
-        parser.error("--repeat must be >= 1")
     if args.command == "cluster" and args.action == "job-script" and args.cluster is None:
         args.cluster = "slurm"
     try:
+        _check_arguments(args)
         with _batch_runner(args):
             return int(args.func(args) or 0)
+    except UsageError as error:
+        # raised on, as argparse does: SystemExit with code 2 once the message is out
+        print(f"error: {error}", file=sys.stderr)
+        raise
     except (FileNotFoundError, io.ChallengeFormatError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

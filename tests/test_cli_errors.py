@@ -1,0 +1,267 @@
+"""User errors on the command line: ``error: ...`` on stderr, exit code 2, before any work.
+
+And the final write phase of ``compare``: every file replaced, or none.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from sdnn_dask import report
+from sdnn_dask.cli import main
+
+#: A small compare: serial runs only, one worker (a few seconds).
+SMALL = ["compare", "-N", "1024", "-L", "4", "-n", "200", "--partitions", "none",
+         "--model", "none", "--hybrid", "none", "--workers", "1"]
+
+
+def run(argv: list[str], capsys) -> tuple[int, str]:
+    """``main(argv)``'s exit code (returned, or raised as argparse does) and its stderr."""
+    try:
+        code = main(argv)
+    except SystemExit as exit_:
+        code = exit_.code
+    return code, capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("challenge")
+    assert main(["generate", str(folder), "-N", "1024", "-L", "2", "-n", "50", "-q"]) == 0
+    return folder
+
+
+OPTIONS = [
+    # numeric options, checked by the parser
+    (["infer", "-n", "-5"], "--inputs/-n: must be >= 1, got -5"),
+    (["compare", "-n", "0"], "--inputs/-n: must be >= 1, got 0"),
+    (["generate", "OUT", "-n", "-5"], "--inputs/-n: must be >= 1"),
+    (["infer", "-n", "abc"], "'abc' is not an integer"),
+    (["infer", "-L", "0"], "--layers/-L: must be >= 1, got 0"),
+    (["generate", "OUT", "-L", "0"], "--layers/-L: must be >= 1"),
+    (["partition", "-L", "-3"], "--layers/-L: must be >= 1"),
+    (["infer", "-N", "1000"], "must be one of 1024, 4096, 16384, 65536"),
+    (["compare", "-N", "2048"], "must be one of 1024, 4096, 16384, 65536"),
+    (["generate", "OUT", "-N", "1000"], "must be one of 1024, 4096, 16384, 65536"),
+    (["partition", "-N", "32"], "must be one of 1024, 4096, 16384, 65536"),
+    (["infer", "-k", "0"], "-k/--parts: must be >= 1, got 0"),
+    (["compare", "-k", "-1"], "-k/--parts: must be >= 1"),
+    (["partition", "-k", "0"], "-k/--parts: must be >= 1"),
+    (["infer", "--blocks", "0"], "--blocks: must be >= 1"),
+    (["compare", "--blocks", "0"], "--blocks: must be >= 1"),
+    (["compare", "--row-groups", "0"], "--row-groups: must be >= 1"),
+    (["infer", "--workers", "0"], "--workers: must be >= 1"),
+    (["compare", "--workers", "0"], "--workers: must be >= 1"),
+    (["infer", "--seed", "-1"], "--seed: must be >= 0, got -1"),
+    (["compare", "--seed", "-1"], "--seed: must be >= 0"),
+    (["generate", "OUT", "--seed", "-1"], "--seed: must be >= 0"),
+    (["partition", "--seed", "-1"], "--seed: must be >= 0"),
+    (["infer", "--epsilon", "-1"], "--epsilon: must be a finite number >= 0"),
+    (["partition", "--epsilon", "nan"], "--epsilon: must be a finite number >= 0"),
+    (["compare", "--epsilon", "inf"], "--epsilon: must be a finite number >= 0"),
+    (["infer", "--tile", "0"], "--tile: must be >= 1"),
+    (["compare", "--repeat", "0"], "--repeat: must be >= 1"),
+    (["partition", "--nbuckets", "0"], "--nbuckets: must be >= 1"),
+    # checked against each other, before anything is generated or read
+    (["infer", "-k", "2000"], "-k/--parts 2000: at most one part per neuron (N = 1024)"),
+    (["compare", "-k", "1025"], "-k/--parts 1025: at most one part per neuron"),
+    (["partition", "-k", "2000"], "-k/--parts 2000: at most one part per neuron"),
+    (["infer", "--truth", "truth.tsv"], "--inputs-file and --truth go with --data"),
+    (["infer", "--data", "/nonexistent/folder"], "--data /nonexistent/folder: no such folder"),
+    # the cluster, before anything runs
+    (["infer", "--cluster", "nosuchprofile"], "unknown cluster 'nosuchprofile'"),
+    (["compare", "--cluster", "nosuchprofile"], "unknown cluster 'nosuchprofile'"),
+    (["cluster", "show", "--cluster", "nosuchprofile"], "unknown cluster 'nosuchprofile'"),
+    (["compare", "--cluster", "tcp://127.0.0.1:1", "--workers", "2"],
+     "--workers starts workers (local, slurm): tcp://127.0.0.1:1 is a running scheduler"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), OPTIONS,
+                         ids=[" ".join(a) for a, _ in OPTIONS])
+def test_bad_option_is_error_and_exit_2_before_any_work(argv, message, tmp_path, capsys):
+    argv = [str(tmp_path / "out") if a == "OUT" else a for a in argv]
+    code, err = run(argv, capsys)
+    assert code == 2, err
+    assert "error:" in err and message in err, err
+    assert "generating" not in err and "reading" not in err  # nothing was started
+    assert not (tmp_path / "out").exists()
+
+
+def test_truth_and_inputs_file_missing(data, tmp_path, capsys):
+    for option in ("--truth", "--inputs-file"):
+        missing = tmp_path / "missing.tsv"
+        code, err = run(["infer", "--data", str(data), "-L", "2", option, str(missing)],
+                        capsys)
+        assert code == 2, err
+        assert f"error: {option} {missing}: no such file" in err
+        assert "reading" not in err  # before the network is read
+
+
+def test_row_groups_at_most_the_rows(data, capsys):
+    """Known once the inputs are read (50 rows here): checked then, before any run."""
+    code, err = run(["infer", "--data", str(data), "-L", "2", "--strategy", "hybrid",
+                     "--row-groups", "51", "--workers", "1"], capsys)
+    assert code == 2, err
+    assert "error: --row-groups 51: more row groups than the 50 input rows" in err
+    assert "LocalCluster" not in err
+    code, err = run(["compare", "--data", str(data), "-L", "2", "-n", "20", "--row-groups",
+                     "30", "--partitions", "none", "--model", "none", "--hybrid", "block",
+                     "--no-write"], capsys)
+    assert code == 2, err
+    assert "more row groups than the 20 input rows" in err and "[1/" not in err
+
+
+def test_data_with_negative_inputs_is_an_error_not_495_rows(data, capsys):
+    code, err = run(["infer", "--data", str(data), "-L", "2", "-n", "-5"], capsys)
+    assert code == 2 and "--inputs/-n: must be >= 1, got -5" in err
+
+
+@pytest.mark.parametrize("where", ["file", "proc"])
+def test_results_folder_not_writable_fails_before_any_run(where, tmp_path, capsys):
+    if where == "file":
+        results = tmp_path / "results"
+        results.write_text("not a folder")
+        expected = f"error: --results {results}: not a folder"
+    else:  # even root cannot make a folder under /proc
+        results = Path("/proc/nope")
+        expected = "error: --results /proc/nope: not writable"
+    code, err = run([*SMALL, "--results", str(results)], capsys)
+    assert code == 2, err
+    assert expected in err
+    assert "generating" not in err
+    if where == "file":
+        assert results.read_text() == "not a folder"
+
+
+@pytest.mark.parametrize("where", ["file", "proc"])
+def test_generate_into_a_file_or_unwritable_folder(where, tmp_path, capsys):
+    out = tmp_path / "out" if where == "file" else Path("/proc/nope")
+    if where == "file":
+        out.write_text("a file")
+    code, err = run(["generate", str(out), "-L", "1", "-n", "5"], capsys)
+    assert code == 2, err
+    assert f"error: generate OUT {out}: not " + ("a folder" if where == "file" else
+                                                 "writable") in err
+    assert "generating" not in err
+
+
+def test_study_unknown_cluster(tmp_path, capsys):
+    pytest.importorskip("nbclient", reason="needs the study extra")
+    notebook = tmp_path / "x.ipynb"
+    notebook.write_text("{}")
+    code, err = run(["study", str(notebook), "--cluster", "nosuchprofile"], capsys)
+    assert code == 2 and "error: unknown cluster 'nosuchprofile'" in err
+
+
+def test_exit_code_2_as_a_program():
+    """Through ``python -m sdnn_dask``: status 2, the message once, no traceback."""
+    proc = subprocess.run([sys.executable, "-m", "sdnn_dask", "infer", "-k", "2000"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr == "error: -k/--parts 2000: at most one part per neuron (N = 1024)\n"
+
+
+# --------------------------------------------------------------------------- the write phase
+
+OLD = {"records.csv": b"study,run_id\nold,1\n", "layers.csv": b"study,run_id\nold,1\n",
+       "summary.md": b"# the previous study\n", "comparison.png": b"old png bytes"}
+
+
+def _old_results(tmp_path: Path) -> Path:
+    results = tmp_path / "results"
+    results.mkdir()
+    for name, content in OLD.items():
+        (results / name).write_bytes(content)
+    return results
+
+
+def _assert_as_it_was(results: Path, extra: tuple[str, ...] = ()) -> None:
+    # nothing new: no staging folder, no temporary file
+    assert sorted(p.name for p in results.iterdir()) == sorted([*OLD, *extra])
+    assert {name: (results / name).read_bytes() for name in OLD} == OLD
+
+
+def test_compare_writes_every_file_and_keeps_the_old_rows(tmp_path, capsys):
+    results = _old_results(tmp_path)
+    code, err = run([*SMALL, "--results", str(results), "-q"], capsys)
+    assert code == 0, err
+    assert sorted(p.name for p in results.iterdir()) == sorted(OLD)  # no plot without model
+    runs = pd.read_csv(results / "records.csv")
+    assert runs["study"].iloc[0] == "old" and len(runs) == 3  # old row, reference, kernel
+    assert (results / "summary.md").read_bytes() != OLD["summary.md"]
+    assert (results / "comparison.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_compare_makes_a_missing_results_folder(tmp_path, capsys):
+    results = tmp_path / "new" / "results"
+    code, err = run([*SMALL, "--results", str(results), "-q"], capsys)
+    assert code == 0, err
+    assert {p.name for p in results.iterdir()} == {"records.csv", "layers.csv", "summary.md",
+                                                    "comparison.png"}
+
+
+def test_failed_write_leaves_results_as_they_were(tmp_path, capsys):
+    """``communication.png`` a folder: the write phase fails, every file keeps its bytes."""
+    results = _old_results(tmp_path)
+    (results / "communication.png").mkdir()
+    code, err = run([*SMALL, "--model", "block", "-k", "2", "--results", str(results), "-q"],
+                    capsys)
+    assert code == 2, err
+    assert "error: writing the results failed" in err and "communication.png" in err
+    assert "left as it was" in err
+    _assert_as_it_was(results, extra=("communication.png",))
+    assert not any((results / "communication.png").iterdir())
+
+
+def test_interrupt_while_writing_leaves_results_as_they_were(tmp_path, capsys, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report, "plot_comparison", interrupted)
+    results = _old_results(tmp_path)
+    code, err = run([*SMALL, "--results", str(results), "-q"], capsys)
+    assert code == 130, err
+    assert "interrupted while writing the results" in err and "left as it was" in err
+    _assert_as_it_was(results)
+
+
+def test_interrupt_between_the_renames_puts_the_old_files_back(tmp_path, capsys, monkeypatch):
+    """A Ctrl-C after two of four files were moved into place: both are moved back."""
+    results = _old_results(tmp_path)
+    replace = os.replace
+    moves = []
+
+    def replace_then_interrupt(src, dst):
+        if Path(dst).parent == results and Path(src).parent.name.startswith(".staging-"):
+            moves.append(dst)  # a move into place (the undo moves come from .staging-*/.old)
+            if len(moves) == 3:
+                raise KeyboardInterrupt
+        return replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace_then_interrupt)
+    code, err = run([*SMALL, "--results", str(results), "-q"], capsys)
+    assert code == 130, err
+    assert len(moves) == 3
+    _assert_as_it_was(results)
+
+
+def test_report_write_is_all_or_nothing(tmp_path, capsys):
+    results = tmp_path / "results"
+    assert run([*SMALL, "--results", str(results), "-q"], capsys)[0] == 0
+    (results / "comparison.png").unlink()
+    (results / "comparison.png").mkdir()
+    summary = b"# an older summary\n"  # not what the report would write
+    (results / "summary.md").write_bytes(summary)
+    code, err = run(["report", "--results", str(results), "--write"], capsys)
+    assert code == 2, err
+    assert "error: writing the report failed" in err and "left as it was" in err
+    assert (results / "summary.md").read_bytes() == summary
+    assert sorted(p.name for p in results.iterdir()) == ["comparison.png", "layers.csv",
+                                                         "records.csv", "summary.md"]
