@@ -36,10 +36,11 @@ wall_s              the run's inference seconds seen by the caller
 edges_per_s         ``inputs * edges / wall_s``
 imbalance           max/mean of ``compute_s`` over the run's blocks (1 = perfect)
 survivor_imbalance  max/mean of ``survivors`` over the run's blocks
-check               ``PASS``/``FAIL``: categories equal the truth (``check_against=truth``)
-                    or, without a truth file, the serial reference's
+check               ``PASS``/``FAIL``: every activation within float32 rounding of the
+                    bounded float64 reference (:mod:`sdnn_dask.check`) and, with
+                    ``check_against=truth``, the categories equal to the truth
 check_against       ``truth`` | ``reference``
-max_abs_diff        largest difference of any activation from the serial reference
+max_abs_diff        largest difference of any activation from the float64 reference
 params              other parameters as ``key=value;...`` (seed, nbuckets)
 versions            ``sdnn_dask, dask, distributed, numpy, scipy, numba, python`` versions
 ==================  =========================================================================

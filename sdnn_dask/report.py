@@ -140,7 +140,7 @@ def summary_markdown(records: pd.DataFrame, *, title: str = "sdnn_dask compariso
              "edges_per_s", "speedup", "vs_kernel", "imbalance", "survivor_imbalance",
              "mb_moved", "predicted_volume", "check"]
     checked = "the truth categories" if (latest["check_against"] == "truth").any() \
-        else "the serial reference's categories"
+        else "the float64 reference's categories"
     lines = [
         f"# {title}",
         "",
@@ -148,8 +148,9 @@ def summary_markdown(records: pd.DataFrame, *, title: str = "sdnn_dask compariso
         f"- network: `{first['network']}` ({int(first['neurons'])} neurons, "
         f"{int(first['layers'])} layers, {int(first['edges']):,} edges)",
         f"- inputs: {int(first['inputs']):,} rows",
-        f"- check: categories against {checked}; every run's activations against the serial "
-        f"reference (largest difference {latest['max_abs_diff'].max():.2g})",
+        f"- check: categories against {checked}; every run's activations within float32 "
+        f"rounding of a float64 reference (largest difference "
+        f"{latest['max_abs_diff'].max():.2g})",
         "",
         to_markdown(cmp, shown),
         "",
