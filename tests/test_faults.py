@@ -287,3 +287,20 @@ def test_compare_leaves_results_untouched_when_a_run_fails(cluster, tmp_path, ca
     # every file as it was, nothing new (no plot, no temporary files)
     assert sorted(p.name for p in results.iterdir()) == sorted(old)
     assert {name: (results / name).read_text() for name in old} == old
+
+
+@pytest.mark.parametrize("strategy", ["data", "model", "hybrid"])
+def test_a_worker_killed_just_before_a_run(cluster, network, model_problem, strategy):
+    """Killed between two runs, before the scheduler has noticed: placing the data fails
+    under the executor, which places it again on the workers left (no CommClosedError)."""
+    inputs, reference = model_problem
+    executor = (DataParallelExecutor(cluster, network) if strategy == "data"
+                else ModelParallelExecutor(cluster, network))
+    kwargs = {} if strategy == "data" else {"k": 2, "row_groups": 1 + (strategy == "hybrid")}
+    executor.run(inputs[:500], **kwargs)
+    pids = cluster.run(os.getpid)
+    victim = sorted(pids)[0]
+    os.kill(pids[victim], signal.SIGKILL)
+    result = executor.run(inputs, **kwargs)
+    assert_same_result(result, reference)
+    assert victim not in set(result.blocks["worker"])

@@ -34,7 +34,7 @@ from ..kernels import forward_block, warm_up_kernels
 from ..network import Network, as_csr32
 from ..partition import make_row_partition
 from ..result import RunResult, network_info
-from .faults import WorkerLostError, connected, prepare_workers
+from .faults import WorkerLostError, connected, place_retrying, prepare_workers
 from .placement import keep_on
 
 #: Times a run sends again the blocks a dead worker took with it, and reruns them.
@@ -149,11 +149,18 @@ class DataParallelExecutor:
             n_blocks = self.n_workers * int(config.get("data-parallel.blocks-per-worker"))
         part = make_row_partition(partition, y.shape[0], n_blocks, seed=seed, nbuckets=nbuckets)
         row_ids = part.blocks()
-        self._prepare()
-        # Place the blocks (round-robin over the workers) before the clock starts.
         blocks = [y[ids] for ids in row_ids]
-        futures = self.client.scatter(blocks, hash=False)
-        self._wait(futures)
+
+        def place() -> list[Future]:
+            self._prepare()
+            # Place the blocks (round-robin over the workers) before the clock starts.
+            futures = self.client.scatter(blocks, hash=False)
+            self._wait(futures)
+            if any(f.cancelled() for f in [self._weights, *futures]):
+                raise CancelledError("data placed on a worker that died")
+            return futures
+
+        futures = place_retrying(self.client, self.strategy, place)
         results, wall = self._map(futures, blocks)
         params = {"seed": seed} if partition == "random" else {}
         if partition == "hash":

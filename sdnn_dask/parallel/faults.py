@@ -16,11 +16,18 @@ its nanny restarted blank, before anything is timed on them.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import CancelledError
-from typing import Any
+from typing import Any, TypeVar
 
 from distributed import Client, Future, wait
+from distributed.comm.core import CommClosedError
+
+T = TypeVar("T")
+
+#: Times an executor places its data again when a worker died while it was doing so.
+PLACEMENT_RETRIES = 3
 
 #: Seconds between checks that the workers a pinned run is placed on are still connected.
 POLL_SECONDS = 1.0
@@ -92,3 +99,31 @@ def prepare_workers(client: Client, ready: set[str], setup: list[Callable[[], An
         for function in setup:
             client.run(function, workers=new)
         ready.update(new)
+
+
+def place_retrying(client: Client, strategy: str, place: Callable[[], T],
+                   reset: Callable[[], None] = lambda: None, *,
+                   retries: int = PLACEMENT_RETRIES, pause: float = 0.5) -> T:
+    """Run ``place`` (an executor's set-up before the clock: scattering weights, plans and
+    blocks), again if a worker died under it.
+
+    A worker killed just before a run leaves the scheduler listing it for a moment:
+    scattering to it fails with ``CommClosedError`` (or ``KeyError``, or its data comes
+    back cancelled). Then ``reset`` drops what the executor placed, and after ``pause``
+    seconds ``place`` runs again on the workers connected then, up to ``retries`` times;
+    if it still fails, :exc:`WorkerLostError` names the workers that left.
+    """
+    before = connected(client)
+    for attempt in range(retries + 1):
+        try:
+            return place()
+        except (CommClosedError, OSError, KeyError, CancelledError) as error:
+            left = before - connected(client)
+            if isinstance(error, KeyError) and not left:
+                raise  # not a lost worker: a real bug
+            if attempt == retries:
+                raise WorkerLostError(strategy, left, f" (while placing its data before the "
+                                      f"run, {retries} retries: {error!r})") from error
+            time.sleep(pause)
+            reset()
+    raise AssertionError("unreachable")

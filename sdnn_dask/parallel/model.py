@@ -43,6 +43,7 @@ import hashlib
 import re
 import time
 import uuid
+from concurrent.futures import CancelledError
 from typing import Any
 
 import dask
@@ -76,7 +77,7 @@ from .direct import (
     gather_direct,
     run_part,
 )
-from .faults import WorkerLostError, gather_pinned, prepare_workers
+from .faults import WorkerLostError, gather_pinned, place_retrying, prepare_workers
 from .placement import keep_on
 from .transfers import transfers_of, widen_transfer_logs
 
@@ -257,20 +258,31 @@ class ModelParallelExecutor:
         part = self.partition(partition, k, seed=seed, nbuckets=nbuckets, epsilon=epsilon,
                               cache=cache)
         k = part.k
-        plans, plan_futures, workers = self._place(part, row_groups)
         groups = make_row_partition(row_partition, y.shape[0], row_groups, seed=seed).blocks()
         token = uuid.uuid4().hex[:12]
-        # Inputs: each part's level-0 columns of its group's rows, on its worker.
-        slab_futures = {}
-        for g, rows in enumerate(groups):
-            block = y[rows]
-            for p, plan in enumerate(plans):
-                [slab_futures[g, p]] = self.client.scatter(
-                    [Slab.from_rows(block, plan.inputs)],
-                    workers=[self._slot(workers, g, p, k)], hash=False)
-        self._wait(list(slab_futures.values()))
-        used = {self._slot(workers, g, p, k) for g in range(len(groups)) for p in range(k)}
+
+        def place() -> tuple[list[PartPlan], dict[int, Future], list[str], dict]:
+            plans, plan_futures, workers = self._place(part, row_groups)
+            # Inputs: each part's level-0 columns of its group's rows, on its worker.
+            slab_futures = {}
+            for g, rows in enumerate(groups):
+                block = y[rows]
+                for p, plan in enumerate(plans):
+                    [slab_futures[g, p]] = self.client.scatter(
+                        [Slab.from_rows(block, plan.inputs)],
+                        workers=[self._slot(workers, g, p, k)], hash=False)
+            self._wait(list(slab_futures.values()))
+            if any(f.cancelled() for f in [*plan_futures.values(), *slab_futures.values()]):
+                raise CancelledError("data placed on a worker that died")
+            return plans, plan_futures, workers, slab_futures
+
+        def forget() -> None:
+            self._placed = {}
+
         strategy = "model" if row_groups == 1 else "hybrid"
+        plans, plan_futures, workers, slab_futures = place_retrying(
+            self.client, strategy, place, forget)
+        used = {self._slot(workers, g, p, k) for g in range(len(groups)) for p in range(k)}
         if transport == "direct":
             ensure_exchange(self.client)
             connect_peers(self.client, sorted(used))
