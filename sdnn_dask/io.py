@@ -124,11 +124,26 @@ def _diagnose(path: Path, n_columns: int) -> None:
                 )
             for i, text in enumerate(fields):
                 try:
-                    float(text)
+                    value = float(text)
                 except ValueError:
                     raise ChallengeFormatError(
                         path, f"field {i + 1} is {text!r}, not a number", number
                     ) from None
+                if not _fits_float32(value):
+                    what = "value" if (n_columns, i) == (3, 2) else f"field {i + 1}"
+                    raise ChallengeFormatError(
+                        path, f"{what} {text!r} is not finite as float32; expected a finite "
+                        f"number of magnitude at most {_FLOAT32_MAX:.7g}", number
+                    )
+
+
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _fits_float32(value: float) -> bool:
+    """Whether ``value`` stays finite once rounded to float32 (no NaN, no overflow)."""
+    with np.errstate(over="ignore"):
+        return bool(np.isfinite(np.float32(value)))
 
 
 def _expected(n_columns: int) -> str:
@@ -160,6 +175,7 @@ def _read_columns(path: Path, n_columns: int, chunk_lines: int = 4_000_000) -> n
         with reader:
             for chunk in reader:
                 table = chunk.to_numpy()
+                # a missing field and a 'nan' both read as NaN: _diagnose tells them apart
                 if table.shape[1] != n_columns or np.isnan(table).any():
                     raise ValueError("ragged or missing fields")
                 parts.append(table)
@@ -205,18 +221,20 @@ def read_triples(
         The file does not exist.
     ChallengeFormatError
         Empty file, wrong number of fields, a non-numeric field, an index below 1 or
-        beyond ``shape``; the message names the file and the first offending line.
+        beyond ``shape``, a value that is NaN or infinite once cast to float32 (``inf``,
+        ``nan``, ``1e40``); the message names the file and the first offending line.
     """
     path = Path(path)
     table = _read_columns(path, 3)
     rows, cols, values = table[:, 0], table[:, 1], table[:, 2]
     for field, column in enumerate((rows, cols)):
         what = ("row", "column")[field]
-        bad = column != np.floor(column)
+        bad = ~np.isfinite(column) | (column != np.floor(column))
         if bad.any():
             line = _first_bad(bad)
-            raise ChallengeFormatError(path, f"{what} {column[line - 1]!r} is not a whole number",
-                                       line)
+            raise ChallengeFormatError(
+                path, f"{what} {float(column[line - 1])!r} is not a whole number", line
+            )
         bad = column < 1
         if bad.any():
             line = _first_bad(bad)
@@ -234,17 +252,25 @@ def read_triples(
                     + (width_note if field == 1 else ""),
                     line,
                 )
-    bad = ~np.isfinite(values)
+    # checked after the cast: 1e40 is finite as float64 but inf as float32
+    with np.errstate(over="ignore"):
+        values32 = values.astype(np.float32)
+    bad = ~np.isfinite(values32)
     if bad.any():
         line = _first_bad(bad)
-        raise ChallengeFormatError(path, f"value {values[line - 1]!r} is not finite", line)
+        value = float(values[line - 1])
+        why = "is not finite" if not np.isfinite(value) else "overflows float32"
+        raise ChallengeFormatError(
+            path, f"value {value!r} {why}; expected a finite number of magnitude at most "
+            f"{_FLOAT32_MAX:.7g}", line
+        )
     declared = (None, None) if shape is None else shape
     full_shape = (
         int(rows.max()) if declared[0] is None else int(declared[0]),
         int(cols.max()) if declared[1] is None else int(declared[1]),
     )
     matrix = sp.csr_matrix(
-        (values.astype(np.float32), (rows.astype(np.int64) - 1, cols.astype(np.int64) - 1)),
+        (values32, (rows.astype(np.int64) - 1, cols.astype(np.int64) - 1)),
         shape=full_shape,
     )
     return as_csr32(matrix)

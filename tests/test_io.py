@@ -176,3 +176,39 @@ def test_failed_write_leaves_old_file(tmp_path, monkeypatch):
         io._atomic_write(path, explode)
     assert path.read_text() == "2\n3\n"
     assert [p.name for p in tmp_path.iterdir()] == ["c.tsv"]
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [("1e40", "1e+40 overflows float32"), ("-1e40", "-1e+40 overflows float32"),
+     ("nan", "'nan' is not finite"), ("inf", "inf is not finite"),
+     ("-inf", "-inf is not finite"), ("NaN", "'NaN' is not finite")],
+)
+@pytest.mark.parametrize("kind", ["weights", "inputs"])
+@pytest.mark.parametrize("suffix", [".tsv", ".tsv.gz"])
+def test_values_that_are_not_finite_float32(tmp_path, value, fragment, kind, suffix):
+    name = "n4-l1" if kind == "weights" else "sparse-images-4"
+    path = _write(tmp_path / f"{name}{suffix}", f"1\t1\t0.5\n2\t2\t0.5\n3\t3\t{value}\n")
+    with pytest.raises(ChallengeFormatError) as info:
+        if kind == "weights":
+            io.read_layer(path, 4)
+        else:
+            io.read_inputs(path, 4)
+    assert info.value.line == 3 and info.value.path == path
+    assert f"{path}, line 3: " in str(info.value)
+    assert fragment in str(info.value) and "expected a finite number" in str(info.value)
+
+
+def test_largest_float32_is_accepted(tmp_path):
+    path = _write(tmp_path / "m.tsv", "1\t1\t3.4028234e38\n2\t2\t-1e-3\n")
+    assert io.read_triples(path, (2, 2)).data.tolist() == [np.float32(3.4028234e38),
+                                                           np.float32(-1e-3)]
+
+
+@pytest.mark.parametrize(("text", "fragment"), [("nan\t1\t0.5\n", "field 1 'nan'"),
+                                                ("1\tinf\t0.5\n", "column inf is not")])
+def test_indices_that_are_not_finite(tmp_path, text, fragment):
+    path = _write(tmp_path / "m.tsv", "1\t1\t0.5\n" + text)
+    with pytest.raises(ChallengeFormatError, match=fragment) as info:
+        io.read_triples(path, (4, 4))
+    assert info.value.line == 2
