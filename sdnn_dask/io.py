@@ -23,6 +23,7 @@ import io as _io
 import os
 import re
 import zipfile
+import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -110,11 +111,95 @@ def _open_text(path: Path):
 _SEP = re.compile(r"[ \t]+")
 
 
+_GZIP_MAGIC = b"\x1f\x8b"
+# what gzip (and pandas through it) raises for a damaged or foreign .gz file
+_GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
+
+
+def _unreadable(path: Path, error: OSError) -> ChallengeFormatError:
+    reason = error.strerror or str(error)
+    return ChallengeFormatError(path, f"cannot be read ({reason}); expected a readable file")
+
+
+def _gzip_error(path: Path, error: BaseException) -> ChallengeFormatError:
+    """Say what is wrong with the gzip data of ``path``, and at which line.
+
+    Re-reads the raw bytes with zlib (the gzip module hides where it stopped), counting
+    the lines decompressed before the damage. Only called after a read failed.
+    """
+    try:
+        with path.open("rb") as raw:
+            start = raw.read(12)
+            if not start.startswith(_GZIP_MAGIC):
+                return ChallengeFormatError(
+                    path, f"not gzip data (it starts with {start!r}); expected gzip data, "
+                    "as the name ends in .gz")
+            raw.seek(0)
+            lines = 0
+            decoder = zlib.decompressobj(wbits=31)  # 31: a gzip header and trailer
+            data = b""
+            while True:
+                if not data:
+                    data = raw.read(1 << 16)
+                    if not data:
+                        break
+                if decoder.eof:  # a member ended: another may follow, or zero padding
+                    data = data.lstrip(b"\0")
+                    if len(data) < 2:
+                        more = raw.read(1 << 16)
+                        if more:
+                            data += more
+                            continue
+                        if not data:
+                            break
+                    if not data.startswith(_GZIP_MAGIC):
+                        return ChallengeFormatError(
+                            path, f"trailing bytes that are not gzip data after the last "
+                            f"line ({lines}); expected nothing after the gzip stream")
+                    decoder = zlib.decompressobj(wbits=31)
+                snapshot = decoder.copy()
+                try:
+                    lines += decoder.decompress(data).count(b"\n")
+                except zlib.error:
+                    # the failed call's output is lost: replay it a byte at a time
+                    decoder = snapshot
+                    for i in range(len(data)):
+                        try:
+                            lines += decoder.decompress(data[i : i + 1]).count(b"\n")
+                        except zlib.error as bad:
+                            return ChallengeFormatError(
+                                path, f"corrupt gzip data ({bad}) after {lines} good lines; "
+                                "expected a valid gzip file", lines + 1)
+                        if decoder.eof:
+                            break
+                data = decoder.unused_data if decoder.eof else b""
+    except OSError as bad:
+        return _unreadable(path, bad)
+    if not decoder.eof:
+        return ChallengeFormatError(
+            path, f"the gzip data is truncated after {lines} complete lines; expected a "
+            "whole gzip file", lines + 1)
+    return ChallengeFormatError(path, f"unreadable gzip data ({error}); expected a valid "
+                                "gzip file")
+
+
 def _diagnose(path: Path, n_columns: int) -> None:
     """Re-read ``path`` line by line and raise at the first line that breaks the format.
 
     Only called after the fast reader failed, so its speed does not matter.
     """
+    if path.suffix != ".gz":
+        with path.open("rb") as raw:
+            if raw.read(2) == _GZIP_MAGIC:
+                raise ChallengeFormatError(
+                    path, "is gzip data but its name does not end in .gz; expected plain text")
+    try:
+        _diagnose_lines(path, n_columns)
+    except _GZIP_ERRORS as error:
+        raise _gzip_error(path, error) from None
+
+
+def _diagnose_lines(path: Path, n_columns: int) -> None:
     with _open_text(path) as handle:
         for number, raw in enumerate(handle, start=1):
             fields = _SEP.split(raw.strip()) if raw.strip() else []
@@ -157,6 +242,9 @@ def _read_columns(path: Path, n_columns: int, chunk_lines: int = 4_000_000) -> n
 
     Read in chunks so the float64 staging stays bounded for the largest challenge files.
     """
+    if path.is_dir():
+        raise ChallengeFormatError(path, "is a folder; expected a file with "
+                                   + _expected(n_columns))
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
     parts = []
@@ -183,8 +271,15 @@ def _read_columns(path: Path, n_columns: int, chunk_lines: int = 4_000_000) -> n
         raise ChallengeFormatError(
             path, "the file is empty; expected " + _expected(n_columns)
         ) from None
+    except _GZIP_ERRORS as error:  # truncated, not gzip, trailing garbage, corrupt
+        raise _gzip_error(path, error) from None
+    except OSError as error:  # PermissionError and the like, opening or reading
+        raise _unreadable(path, error) from None
     except (ValueError, pd.errors.ParserError) as error:
-        _diagnose(path, n_columns)
+        try:
+            _diagnose(path, n_columns)
+        except OSError as bad:
+            raise _unreadable(path, bad) from None
         raise ChallengeFormatError(path, f"unreadable ({error}); expected "
                                    + _expected(n_columns)) from None
     if not parts:
@@ -223,6 +318,8 @@ def read_triples(
         Empty file, wrong number of fields, a non-numeric field, an index below 1 or
         beyond ``shape``, a value that is NaN or infinite once cast to float32 (``inf``,
         ``nan``, ``1e40``); the message names the file and the first offending line.
+        Also a file that cannot be read (permissions, a folder) and a damaged ``.gz``
+        (truncated, not gzip, trailing bytes, corrupt), with the line where it is known.
     """
     path = Path(path)
     table = _read_columns(path, 3)
@@ -490,9 +587,7 @@ def read_categories(path: PathLike) -> np.ndarray:
     An empty file is a valid answer (no row survives) and gives an empty array.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
-    if path.stat().st_size == 0:
+    if path.is_file() and path.stat().st_size == 0:
         return np.empty(0, dtype=np.int64)
     try:
         table = _read_columns(path, 1)

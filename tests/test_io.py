@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import os
 import time
+import zlib
 
 import numpy as np
 import pytest
@@ -212,3 +213,97 @@ def test_indices_that_are_not_finite(tmp_path, text, fragment):
     with pytest.raises(ChallengeFormatError, match=fragment) as info:
         io.read_triples(path, (4, 4))
     assert info.value.line == 2
+
+
+def _gz_bytes(text: str) -> bytes:
+    return gzip.compress(text.encode(), mtime=0)
+
+
+_LINES = "".join(f"{i}\t{i % 7 + 1}\t0.5\n" for i in range(1, 20001))
+
+
+@pytest.mark.parametrize(
+    ("content", "line", "fragment"),
+    [
+        (_gz_bytes(_LINES)[:4000], None, "truncated after"),
+        (_LINES.encode(), None, "not gzip data (it starts with b'1\\t2\\t0.5"),
+        (_gz_bytes(_LINES) + b"trailing garbage", None, "after the last line (20000)"),
+        (_gz_bytes(_LINES) + b"\x1f", None, "trailing bytes"),
+    ],
+    ids=["truncated", "plain-text", "trailing-garbage", "trailing-byte"],
+)
+@pytest.mark.parametrize("reader", ["triples", "categories"])
+def test_damaged_gz_is_a_file_error(tmp_path, content, line, fragment, reader):
+    path = tmp_path / "m.tsv.gz"
+    path.write_bytes(content)
+    with pytest.raises(ChallengeFormatError) as info:
+        if reader == "triples":
+            io.read_triples(path, (20000, 7))
+        else:
+            io.read_categories(path)
+    assert str(info.value).startswith(f"{path}")
+    assert fragment in str(info.value) and "expected" in str(info.value)
+    if fragment == "truncated after":  # the exact line: see the next test
+        assert info.value.line is not None and 1 < info.value.line < 20000
+    else:
+        assert info.value.line == line
+
+
+def test_truncated_gz_names_the_line_it_stops_in(tmp_path):
+    full = _gz_bytes(_LINES)
+    path = tmp_path / "m.tsv.gz"
+    path.write_bytes(full[: len(full) // 2])
+    decoder = zlib.decompressobj(wbits=31)
+    whole_lines = decoder.decompress(full[: len(full) // 2]).count(b"\n")
+    with pytest.raises(ChallengeFormatError) as info:
+        io.read_triples(path, (20000, 7))
+    assert info.value.line == whole_lines + 1
+    assert f"line {whole_lines + 1}: the gzip data is truncated" in str(info.value)
+
+
+def test_multi_member_and_zero_padded_gz_are_valid(tmp_path):
+    path = tmp_path / "m.tsv.gz"
+    path.write_bytes(_gz_bytes(_LINES[:100]) + _gz_bytes(_LINES[100:]) + b"\0" * 8)
+    assert io.read_triples(path, (20000, 7)).nnz == 20000
+
+
+def test_corrupt_gz_is_a_file_error(tmp_path):
+    data = bytearray(_gz_bytes(_LINES))
+    data[-6] ^= 0xFF  # inside the CRC trailer: the text is whole, the check fails
+    path = tmp_path / "m.tsv.gz"
+    path.write_bytes(bytes(data))
+    with pytest.raises(ChallengeFormatError, match=r"corrupt gzip data \(.*\) after 20000 "):
+        io.read_triples(path, (20000, 7))
+
+
+def test_gzip_data_in_a_plain_name(tmp_path):
+    path = tmp_path / "m.tsv"
+    path.write_bytes(_gz_bytes(_LINES))
+    with pytest.raises(ChallengeFormatError, match=r"name does not end in \.gz"):
+        io.read_triples(path, (20000, 7))
+
+
+@pytest.mark.parametrize("suffix", [".tsv", ".tsv.gz"])
+def test_unreadable_file_is_a_file_error(tmp_path, monkeypatch, suffix):
+    path = _write(tmp_path / f"m{suffix}", "1\t1\t0.5\n")
+    real_open = open
+
+    def refuse(file, *args, **kwargs):
+        if os.fspath(file) == os.fspath(path):
+            raise PermissionError(13, "Permission denied", os.fspath(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", refuse)
+    with pytest.raises(ChallengeFormatError) as info:
+        io.read_triples(path, (4, 4))
+    assert str(info.value) == f"{path}: cannot be read (Permission denied); expected a " \
+        "readable file"
+
+
+def test_folder_instead_of_a_file(tmp_path):
+    folder = tmp_path / "sparse-images-4.tsv"
+    folder.mkdir()
+    with pytest.raises(ChallengeFormatError, match="is a folder; expected a file"):
+        io.read_triples(folder, (4, 4))
+    with pytest.raises(ChallengeFormatError, match="is a folder"):
+        io.read_categories(folder)
