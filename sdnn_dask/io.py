@@ -160,6 +160,7 @@ def _gzip_error(path: Path, error: BaseException) -> ChallengeFormatError:
                 snapshot = decoder.copy()
                 try:
                     lines += decoder.decompress(data).count(b"\n")
+                    data = decoder.unused_data if decoder.eof else b""
                 except zlib.error:
                     # the failed call's output is lost: replay it a byte at a time
                     decoder = snapshot
@@ -171,8 +172,8 @@ def _gzip_error(path: Path, error: BaseException) -> ChallengeFormatError:
                                 path, f"corrupt gzip data ({bad}) after {lines} good lines; "
                                 "expected a valid gzip file", lines + 1)
                         if decoder.eof:
+                            data = data[i + 1 :]
                             break
-                data = decoder.unused_data if decoder.eof else b""
     except OSError as bad:
         return _unreadable(path, bad)
     if not decoder.eof:
