@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import os
 import time
+import warnings
 import zlib
 
 import numpy as np
@@ -307,3 +308,159 @@ def test_folder_instead_of_a_file(tmp_path):
         io.read_triples(folder, (4, 4))
     with pytest.raises(ChallengeFormatError, match="is a folder"):
         io.read_categories(folder)
+
+
+# --------------------------------------------------------------------------- the cache
+
+
+@pytest.fixture
+def six_layers(tmp_path):
+    """A 1024-neuron, 6-layer network on disk, its cache folder, and the network."""
+    data = tmp_path / "data"
+    net = make_network(1024, 6, seed=3)
+    io.write_weights(data, net.layers)
+    return data, tmp_path / "cache", net
+
+
+def _same(network, expected) -> bool:
+    return network.n_layers == expected.n_layers and all(
+        (a != b).nnz == 0 for a, b in zip(network.layers, expected.layers, strict=True))
+
+
+def _no_text_parsing(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("the text files were parsed")
+
+    monkeypatch.setattr(io, "_read_columns", refuse)
+
+
+def test_second_read_comes_from_the_cache(six_layers, monkeypatch):
+    data, cache, net = six_layers
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _same(io.read_network(data, 1024, 6, cache=cache), net)
+        _no_text_parsing(monkeypatch)
+        assert _same(io.read_network(data, 1024, 6, cache=cache), net)
+    # a copy of the same bytes elsewhere shares the cache (the key is the content)
+    copy = data.parent / "copy"
+    copy.mkdir()
+    os.rename(data / "neuron1024", copy / "neuron1024")
+    assert _same(io.read_network(copy, 1024, 6, cache=cache), net)
+
+
+def test_in_place_edit_keeping_size_and_mtime_is_read_again(six_layers):
+    data, cache, _ = six_layers
+    io.read_network(data, 1024, 6, cache=cache)
+    layer = data / "neuron1024" / "n1024-l4.tsv"
+    before = layer.stat()
+    text = layer.read_text()
+    value = text.split("\n", 1)[0].rsplit("\t", 1)[1]
+    assert value == "0.0625"
+    with open(layer, "r+") as handle:  # same inode, same size
+        handle.write(text.split("\n", 1)[0].rsplit("\t", 1)[0] + "\t0.1250")
+    os.utime(layer, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = layer.stat()
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (
+        before.st_size, before.st_mtime_ns, before.st_ino)
+    edited = io.read_network(data, 1024, 6, cache=cache)
+    assert edited.layers[3].data.max() == np.float32(0.125)
+    assert _same(io.read_network(data, 1024, 6), edited)
+    assert len(list(cache.glob("*.npz"))) == 2
+
+
+def _only_cache_file(cache):
+    (found,) = cache.glob("*.npz")
+    return found
+
+
+def _three_layer_cache(path):
+    with np.load(path) as archive:
+        arrays = {name: archive[name] for name in archive.files}
+    counts = arrays["nnz"][:3]
+    return {"nnz": counts, "indptr": arrays["indptr"][: 3 * 1025],
+            "indices": arrays["indices"][: counts.sum()], "data": arrays["data"][: counts.sum()]}
+
+
+def _out_of_range_cache(path):
+    with np.load(path) as archive:
+        arrays = {name: archive[name].copy() for name in archive.files}
+    arrays["indices"][12345] = 5000
+    return arrays
+
+
+def _damage(path, how):
+    if how == "empty":
+        path.write_bytes(b"")
+    elif how == "truncated":
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif how == "garbage":
+        path.write_bytes(os.urandom(4096))
+    elif how == "pickle":
+        np.save(path.with_suffix(".npy"), np.array([object()], dtype=object), allow_pickle=True)
+        os.replace(path.with_suffix(".npy"), path)
+    else:
+        arrays = {"three-layers": _three_layer_cache, "out-of-range": _out_of_range_cache,
+                  "float64": lambda p: {**dict(np.load(p)),
+                                        "data": np.load(p)["data"].astype(np.float64)},
+                  "decreasing": lambda p: {**dict(np.load(p)),
+                                           "indptr": np.load(p)["indptr"][::-1].copy()},
+                  }[how](path)
+        with open(path, "wb") as handle:
+            np.savez(handle, **arrays)
+
+
+@pytest.mark.parametrize(
+    ("how", "reason"),
+    [("empty", "EOFError"), ("truncated", "unreadable"), ("garbage", "unreadable"),
+     ("pickle", "unreadable"), ("three-layers", "3 layers; expected 6"),
+     ("out-of-range", "column indices outside 0..1023"), ("float64", "data is float64"),
+     ("decreasing", "row pointers")],
+)
+def test_bad_cache_is_rebuilt_with_a_warning(six_layers, monkeypatch, how, reason):
+    data, cache, net = six_layers
+    io.read_network(data, 1024, 6, cache=cache)
+    cached = _only_cache_file(cache)
+    _damage(cached, how)
+    with pytest.warns(io.CacheWarning) as record:
+        again = io.read_network(data, 1024, 6, cache=cache)
+    assert _same(again, net)
+    message = str(record[0].message)
+    assert str(cached) in message and "discarded, rebuilding" in message and reason in message
+    # rebuilt in place: the next read is from the cache, silently
+    assert _only_cache_file(cache) == cached
+    _no_text_parsing(monkeypatch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _same(io.read_network(data, 1024, 6, cache=cache), net)
+
+
+def test_cache_folder_that_is_a_file(six_layers, monkeypatch):
+    data, cache, net = six_layers
+    cache.write_text("not a folder")
+    monkeypatch.setenv("SDNN_CACHE_DIR", str(cache))
+    for where in (True, cache, cache / "inside"):
+        with pytest.raises(ChallengeFormatError, match="the cache folder is a file") as info:
+            io.read_network(data, 1024, 6, cache=where)
+        assert str(info.value).startswith(str(cache))
+    assert _same(io.read_network(data, 1024, 6, cache=False), net)
+
+
+def test_cache_that_cannot_be_written_only_warns(six_layers, monkeypatch):
+    data, cache, net = six_layers
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(io.np, "savez", refuse)
+    with pytest.warns(io.CacheWarning, match="cannot write the cache file"):
+        assert _same(io.read_network(data, 1024, 6, cache=cache), net)
+    assert not list(cache.glob("*"))
+
+
+def test_unreadable_layer_file_with_a_cache(six_layers):
+    data, cache, _ = six_layers
+    layer = data / "neuron1024" / "n1024-l2.tsv"
+    layer.unlink()
+    layer.mkdir()  # is_file() is false: named as missing
+    with pytest.raises(FileNotFoundError, match=r"n1024-l2\.tsv"):
+        io.read_network(data, 1024, 6, cache=cache)
