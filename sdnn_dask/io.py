@@ -41,7 +41,10 @@ PathLike = str | os.PathLike
 
 
 class ChallengeFormatError(ValueError):
-    """A challenge file is not what the format promises.
+    """A challenge file is not what the format promises (or cannot be read).
+
+    Also raised for a cache folder that is a file: like a bad file, a user's setting to
+    fix, which the CLI reports as ``error: ...`` with exit 2.
 
     Attributes
     ----------
@@ -228,6 +231,7 @@ def _diagnose_lines(path: Path, n_columns: int) -> None:
 
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+_INDEX_MAX = int(np.iinfo(np.int32).max)  # 0-based int32 indices hold 1-based ids up to this
 
 
 def _fits_float32(value: float) -> bool:
@@ -354,6 +358,14 @@ def read_triples(
                     + (width_note if field == 1 else ""),
                     line,
                 )
+        else:
+            # an undeclared size is the largest index: bound it before it sizes the matrix
+            bad = column > _INDEX_MAX
+            if bad.any():
+                line = _first_bad(bad)
+                raise ChallengeFormatError(
+                    path, f"{what} {int(column[line - 1])} is beyond the largest supported "
+                    f"index {_INDEX_MAX}", line)
     # checked after the cast: 1e40 is finite as float64 but inf as float32
     with np.errstate(over="ignore"):
         values32 = values.astype(np.float32)

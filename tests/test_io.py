@@ -464,3 +464,10 @@ def test_unreadable_layer_file_with_a_cache(six_layers):
     layer.mkdir()  # is_file() is false: named as missing
     with pytest.raises(FileNotFoundError, match=r"n1024-l2\.tsv"):
         io.read_network(data, 1024, 6, cache=cache)
+
+
+def test_undeclared_size_is_bounded(tmp_path):
+    path = _write(tmp_path / "m.tsv", "1\t1\t0.5\n3000000000\t1\t0.5\n")
+    with pytest.raises(ChallengeFormatError, match="beyond the largest supported index") as info:
+        io.read_triples(path)
+    assert info.value.line == 2
