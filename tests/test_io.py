@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import os
 import time
+import warnings
+import zlib
 
 import numpy as np
 import pytest
@@ -176,3 +178,296 @@ def test_failed_write_leaves_old_file(tmp_path, monkeypatch):
         io._atomic_write(path, explode)
     assert path.read_text() == "2\n3\n"
     assert [p.name for p in tmp_path.iterdir()] == ["c.tsv"]
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [("1e40", "1e+40 overflows float32"), ("-1e40", "-1e+40 overflows float32"),
+     ("nan", "'nan' is not finite"), ("inf", "inf is not finite"),
+     ("-inf", "-inf is not finite"), ("NaN", "'NaN' is not finite")],
+)
+@pytest.mark.parametrize("kind", ["weights", "inputs"])
+@pytest.mark.parametrize("suffix", [".tsv", ".tsv.gz"])
+def test_values_that_are_not_finite_float32(tmp_path, value, fragment, kind, suffix):
+    name = "n4-l1" if kind == "weights" else "sparse-images-4"
+    path = _write(tmp_path / f"{name}{suffix}", f"1\t1\t0.5\n2\t2\t0.5\n3\t3\t{value}\n")
+    with pytest.raises(ChallengeFormatError) as info:
+        if kind == "weights":
+            io.read_layer(path, 4)
+        else:
+            io.read_inputs(path, 4)
+    assert info.value.line == 3 and info.value.path == path
+    assert f"{path}, line 3: " in str(info.value)
+    assert fragment in str(info.value) and "expected a finite number" in str(info.value)
+
+
+def test_largest_float32_is_accepted(tmp_path):
+    path = _write(tmp_path / "m.tsv", "1\t1\t3.4028234e38\n2\t2\t-1e-3\n")
+    assert io.read_triples(path, (2, 2)).data.tolist() == [np.float32(3.4028234e38),
+                                                           np.float32(-1e-3)]
+
+
+@pytest.mark.parametrize(("text", "fragment"), [("nan\t1\t0.5\n", "field 1 'nan'"),
+                                                ("1\tinf\t0.5\n", "column inf is not")])
+def test_indices_that_are_not_finite(tmp_path, text, fragment):
+    path = _write(tmp_path / "m.tsv", "1\t1\t0.5\n" + text)
+    with pytest.raises(ChallengeFormatError, match=fragment) as info:
+        io.read_triples(path, (4, 4))
+    assert info.value.line == 2
+
+
+def _gz_bytes(text: str) -> bytes:
+    return gzip.compress(text.encode(), mtime=0)
+
+
+_LINES = "".join(f"{i}\t{i % 7 + 1}\t0.5\n" for i in range(1, 20001))
+
+
+@pytest.mark.parametrize(
+    ("content", "line", "fragment"),
+    [
+        (_gz_bytes(_LINES)[:4000], None, "truncated after"),
+        (_LINES.encode(), None, "not gzip data (it starts with b'1\\t2\\t0.5"),
+        (_gz_bytes(_LINES) + b"trailing garbage", None, "after the last line (20000)"),
+        (_gz_bytes(_LINES) + b"\x1f", None, "trailing bytes"),
+    ],
+    ids=["truncated", "plain-text", "trailing-garbage", "trailing-byte"],
+)
+@pytest.mark.parametrize("reader", ["triples", "categories"])
+def test_damaged_gz_is_a_file_error(tmp_path, content, line, fragment, reader):
+    path = tmp_path / "m.tsv.gz"
+    path.write_bytes(content)
+    with pytest.raises(ChallengeFormatError) as info:
+        if reader == "triples":
+            io.read_triples(path, (20000, 7))
+        else:
+            io.read_categories(path)
+    assert str(info.value).startswith(f"{path}")
+    assert fragment in str(info.value) and "expected" in str(info.value)
+    if fragment == "truncated after":  # the exact line: see the next test
+        assert info.value.line is not None and 1 < info.value.line < 20000
+    else:
+        assert info.value.line == line
+
+
+def test_truncated_gz_names_the_line_it_stops_in(tmp_path):
+    full = _gz_bytes(_LINES)
+    path = tmp_path / "m.tsv.gz"
+    path.write_bytes(full[: len(full) // 2])
+    decoder = zlib.decompressobj(wbits=31)
+    whole_lines = decoder.decompress(full[: len(full) // 2]).count(b"\n")
+    with pytest.raises(ChallengeFormatError) as info:
+        io.read_triples(path, (20000, 7))
+    assert info.value.line == whole_lines + 1
+    assert f"line {whole_lines + 1}: the gzip data is truncated" in str(info.value)
+
+
+def test_multi_member_and_zero_padded_gz_are_valid(tmp_path):
+    path = tmp_path / "m.tsv.gz"
+    path.write_bytes(_gz_bytes(_LINES[:100]) + _gz_bytes(_LINES[100:]) + b"\0" * 8)
+    assert io.read_triples(path, (20000, 7)).nnz == 20000
+
+
+def test_corrupt_gz_is_a_file_error(tmp_path):
+    data = bytearray(_gz_bytes(_LINES))
+    data[-6] ^= 0xFF  # inside the CRC trailer: the text is whole, the check fails
+    path = tmp_path / "m.tsv.gz"
+    path.write_bytes(bytes(data))
+    with pytest.raises(ChallengeFormatError, match=r"corrupt gzip data \(.*\) after 20000 "):
+        io.read_triples(path, (20000, 7))
+
+
+def test_gzip_data_in_a_plain_name(tmp_path):
+    path = tmp_path / "m.tsv"
+    path.write_bytes(_gz_bytes(_LINES))
+    with pytest.raises(ChallengeFormatError, match=r"name does not end in \.gz"):
+        io.read_triples(path, (20000, 7))
+
+
+@pytest.mark.parametrize("suffix", [".tsv", ".tsv.gz"])
+def test_unreadable_file_is_a_file_error(tmp_path, monkeypatch, suffix):
+    path = _write(tmp_path / f"m{suffix}", "1\t1\t0.5\n")
+    real_open = open
+
+    def refuse(file, *args, **kwargs):
+        if os.fspath(file) == os.fspath(path):
+            raise PermissionError(13, "Permission denied", os.fspath(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", refuse)
+    with pytest.raises(ChallengeFormatError) as info:
+        io.read_triples(path, (4, 4))
+    assert str(info.value) == f"{path}: cannot be read (Permission denied); expected a " \
+        "readable file"
+
+
+def test_folder_instead_of_a_file(tmp_path):
+    folder = tmp_path / "sparse-images-4.tsv"
+    folder.mkdir()
+    with pytest.raises(ChallengeFormatError, match="is a folder; expected a file"):
+        io.read_triples(folder, (4, 4))
+    with pytest.raises(ChallengeFormatError, match="is a folder"):
+        io.read_categories(folder)
+
+
+# --------------------------------------------------------------------------- the cache
+
+
+@pytest.fixture
+def six_layers(tmp_path):
+    """A 1024-neuron, 6-layer network on disk, its cache folder, and the network."""
+    data = tmp_path / "data"
+    net = make_network(1024, 6, seed=3)
+    io.write_weights(data, net.layers)
+    return data, tmp_path / "cache", net
+
+
+def _same(network, expected) -> bool:
+    return network.n_layers == expected.n_layers and all(
+        (a != b).nnz == 0 for a, b in zip(network.layers, expected.layers, strict=True))
+
+
+def _no_text_parsing(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("the text files were parsed")
+
+    monkeypatch.setattr(io, "_read_columns", refuse)
+
+
+def test_second_read_comes_from_the_cache(six_layers, monkeypatch):
+    data, cache, net = six_layers
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _same(io.read_network(data, 1024, 6, cache=cache), net)
+        _no_text_parsing(monkeypatch)
+        assert _same(io.read_network(data, 1024, 6, cache=cache), net)
+    # a copy of the same bytes elsewhere shares the cache (the key is the content)
+    copy = data.parent / "copy"
+    copy.mkdir()
+    os.rename(data / "neuron1024", copy / "neuron1024")
+    assert _same(io.read_network(copy, 1024, 6, cache=cache), net)
+
+
+def test_in_place_edit_keeping_size_and_mtime_is_read_again(six_layers):
+    data, cache, _ = six_layers
+    io.read_network(data, 1024, 6, cache=cache)
+    layer = data / "neuron1024" / "n1024-l4.tsv"
+    before = layer.stat()
+    text = layer.read_text()
+    value = text.split("\n", 1)[0].rsplit("\t", 1)[1]
+    assert value == "0.0625"
+    with open(layer, "r+") as handle:  # same inode, same size
+        handle.write(text.split("\n", 1)[0].rsplit("\t", 1)[0] + "\t0.1250")
+    os.utime(layer, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = layer.stat()
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (
+        before.st_size, before.st_mtime_ns, before.st_ino)
+    edited = io.read_network(data, 1024, 6, cache=cache)
+    assert edited.layers[3].data.max() == np.float32(0.125)
+    assert _same(io.read_network(data, 1024, 6), edited)
+    assert len(list(cache.glob("*.npz"))) == 2
+
+
+def _only_cache_file(cache):
+    (found,) = cache.glob("*.npz")
+    return found
+
+
+def _three_layer_cache(path):
+    with np.load(path) as archive:
+        arrays = {name: archive[name] for name in archive.files}
+    counts = arrays["nnz"][:3]
+    return {"nnz": counts, "indptr": arrays["indptr"][: 3 * 1025],
+            "indices": arrays["indices"][: counts.sum()], "data": arrays["data"][: counts.sum()]}
+
+
+def _out_of_range_cache(path):
+    with np.load(path) as archive:
+        arrays = {name: archive[name].copy() for name in archive.files}
+    arrays["indices"][12345] = 5000
+    return arrays
+
+
+def _damage(path, how):
+    if how == "empty":
+        path.write_bytes(b"")
+    elif how == "truncated":
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif how == "garbage":
+        path.write_bytes(os.urandom(4096))
+    elif how == "pickle":
+        np.save(path.with_suffix(".npy"), np.array([object()], dtype=object), allow_pickle=True)
+        os.replace(path.with_suffix(".npy"), path)
+    else:
+        arrays = {"three-layers": _three_layer_cache, "out-of-range": _out_of_range_cache,
+                  "float64": lambda p: {**dict(np.load(p)),
+                                        "data": np.load(p)["data"].astype(np.float64)},
+                  "decreasing": lambda p: {**dict(np.load(p)),
+                                           "indptr": np.load(p)["indptr"][::-1].copy()},
+                  }[how](path)
+        with open(path, "wb") as handle:
+            np.savez(handle, **arrays)
+
+
+@pytest.mark.parametrize(
+    ("how", "reason"),
+    [("empty", "EOFError"), ("truncated", "unreadable"), ("garbage", "unreadable"),
+     ("pickle", "unreadable"), ("three-layers", "3 layers; expected 6"),
+     ("out-of-range", "column indices outside 0..1023"), ("float64", "data is float64"),
+     ("decreasing", "row pointers")],
+)
+def test_bad_cache_is_rebuilt_with_a_warning(six_layers, monkeypatch, how, reason):
+    data, cache, net = six_layers
+    io.read_network(data, 1024, 6, cache=cache)
+    cached = _only_cache_file(cache)
+    _damage(cached, how)
+    with pytest.warns(io.CacheWarning) as record:
+        again = io.read_network(data, 1024, 6, cache=cache)
+    assert _same(again, net)
+    message = str(record[0].message)
+    assert str(cached) in message and "discarded, rebuilding" in message and reason in message
+    # rebuilt in place: the next read is from the cache, silently
+    assert _only_cache_file(cache) == cached
+    _no_text_parsing(monkeypatch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _same(io.read_network(data, 1024, 6, cache=cache), net)
+
+
+def test_cache_folder_that_is_a_file(six_layers, monkeypatch):
+    data, cache, net = six_layers
+    cache.write_text("not a folder")
+    monkeypatch.setenv("SDNN_CACHE_DIR", str(cache))
+    for where in (True, cache, cache / "inside"):
+        with pytest.raises(ChallengeFormatError, match="the cache folder is a file") as info:
+            io.read_network(data, 1024, 6, cache=where)
+        assert str(info.value).startswith(str(cache))
+    assert _same(io.read_network(data, 1024, 6, cache=False), net)
+
+
+def test_cache_that_cannot_be_written_only_warns(six_layers, monkeypatch):
+    data, cache, net = six_layers
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(io.np, "savez", refuse)
+    with pytest.warns(io.CacheWarning, match="cannot write the cache file"):
+        assert _same(io.read_network(data, 1024, 6, cache=cache), net)
+    assert not list(cache.glob("*"))
+
+
+def test_unreadable_layer_file_with_a_cache(six_layers):
+    data, cache, _ = six_layers
+    layer = data / "neuron1024" / "n1024-l2.tsv"
+    layer.unlink()
+    layer.mkdir()  # is_file() is false: named as missing
+    with pytest.raises(FileNotFoundError, match=r"n1024-l2\.tsv"):
+        io.read_network(data, 1024, 6, cache=cache)
+
+
+def test_undeclared_size_is_bounded(tmp_path):
+    path = _write(tmp_path / "m.tsv", "1\t1\t0.5\n3000000000\t1\t0.5\n")
+    with pytest.raises(ChallengeFormatError, match="beyond the largest supported index") as info:
+        io.read_triples(path)
+    assert info.value.line == 2
