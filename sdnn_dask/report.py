@@ -65,8 +65,9 @@ def comparison(records: pd.DataFrame, baseline: str = "reference") -> pd.DataFra
         raise ValueError("no runs in the records")
     latest = table["study"].astype(str).max()
     table = table[table["study"].astype(str) == latest]
-    table = table.assign(params=table["params"].fillna("").astype(str),
-                         transport=table["transport"].fillna("").astype(str))
+    # read back from CSV, an all-empty column is float (NaN): make it text first
+    table = table.assign(params=table["params"].astype(object).fillna("").astype(str),
+                         transport=table["transport"].astype(object).fillna("").astype(str))
     grouped = table.groupby(CONFIG, sort=False, dropna=False)
     out = grouped.agg(
         repeats=("run_id", "count"),

@@ -265,3 +265,78 @@ def test_report_write_is_all_or_nothing(tmp_path, capsys):
     assert (results / "summary.md").read_bytes() == summary
     assert sorted(p.name for p in results.iterdir()) == ["comparison.png", "layers.csv",
                                                          "records.csv", "summary.md"]
+
+
+def _copy(data: Path, tmp_path: Path) -> Path:
+    """A writable copy of the generated challenge folder (gzipped inputs)."""
+    import gzip
+    import shutil
+
+    folder = tmp_path / "copy"
+    shutil.copytree(data, folder)
+    for path in list(folder.rglob("*.tsv")):
+        with open(path, "rb") as src, gzip.open(f"{path}.gz", "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        path.unlink()
+    return folder
+
+
+def _inputs_gz(folder: Path) -> Path:
+    [path] = folder.glob("sparse-images-*.tsv.gz")
+    return path
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not gzip", "trailing garbage", "1e40",
+                                    "nan"])
+def test_bad_input_files_are_file_errors_with_exit_2(data, tmp_path, capsys, damage):
+    folder = _copy(data, tmp_path)
+    path = _inputs_gz(folder)
+    raw = path.read_bytes()
+    if damage == "truncated":
+        path.write_bytes(raw[: len(raw) // 2])
+    elif damage == "not gzip":
+        path.write_bytes(b"1\t1\t1\n")
+    elif damage == "trailing garbage":
+        path.write_bytes(raw + b"garbage")
+    else:
+        import gzip
+
+        text = gzip.decompress(raw).decode().splitlines()
+        row, col, _ = text[2].split("\t")
+        text[2] = f"{row}\t{col}\t{damage}"
+        path.write_bytes(gzip.compress(("\n".join(text) + "\n").encode()))
+    code, err = run(["infer", "--data", str(folder), "-L", "2", "--strategy", "kernel",
+                     "--no-cache", "-q"], capsys)
+    assert code == 2, err
+    assert err.startswith("error: ") and path.name in err and "Traceback" not in err
+    if damage in ("1e40", "nan"):
+        assert "line 3" in err
+
+
+def test_unreadable_file_is_a_file_error(data, tmp_path, capsys, monkeypatch):
+    """As root nothing is unreadable, so ``open`` refuses the inputs file here."""
+    import builtins
+
+    folder = _copy(data, tmp_path)
+    path = _inputs_gz(folder)
+    real = builtins.open
+
+    def denied(file, *args, **kwargs):
+        if os.fspath(file) == os.fspath(path):
+            raise PermissionError(13, "Permission denied", os.fspath(file))
+        return real(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", denied)
+    code, err = run(["infer", "--data", str(folder), "-L", "2", "--strategy", "kernel",
+                     "--no-cache", "-q"], capsys)
+    assert code == 2 and err.startswith("error: ") and path.name in err, err
+    assert "Permission denied" in err
+
+
+def test_cache_folder_that_is_a_file(data, tmp_path, capsys, monkeypatch):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    monkeypatch.setenv("SDNN_CACHE_DIR", str(blocker))
+    code, err = run(["infer", "--data", str(data), "-L", "2", "--strategy", "kernel", "-q"],
+                    capsys)
+    assert code == 2 and err.startswith("error: ") and str(blocker) in err, err

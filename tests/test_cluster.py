@@ -160,7 +160,7 @@ def test_cli_infer_on_a_named_cluster(capsys):
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--cluster", "nowhere"], "error: unknown cluster 'nowhere'"),
+    (["--cluster", "nowhere"], "unknown cluster 'nowhere'"),
     (["--cluster", "tcp://127.0.0.1:9", "--workers", "2"], "is a running scheduler"),
     (["--cluster", "slurm-batch"], "runs inside srun"),
 ])
