@@ -41,6 +41,7 @@ false``) turns TLS off, with a warning when the cluster is reachable from the ne
 from __future__ import annotations
 
 import contextlib
+import gc
 import ipaddress
 import logging
 import os
@@ -782,6 +783,10 @@ def connect(address: str, *, security: Security | None = None,
     try:
         return Client(address, security=security, set_as_default=False, **options)
     except (OSError, TimeoutError) as error:
+        # The half-built Client is garbage; finalise it now. Left to the collector, its
+        # __del__ closes it at a random later moment, and if that moment is inside another
+        # client's loop start, both wait on distributed's loop lock (a hang, seen in tests).
+        gc.collect()
         hint = (" (the scheduler may require TLS, or other credentials than these)"
                 if address.startswith(("tls://", "tcp://")) else "")
         raise ClusterError(f"could not connect to the scheduler at {address}: {error}{hint}"

@@ -7,6 +7,7 @@ computes for a client holding them.
 
 from __future__ import annotations
 
+import gc
 import re
 import stat
 import warnings
@@ -66,6 +67,9 @@ def test_client_without_credentials_is_refused(tls_client):
     # distributed itself refuses too, before sending anything
     with pytest.raises(TypeError, match="TLS expects a `ssl_context`"):
         Client(address, timeout=5, set_as_default=False)
+    # finalise the half-built Client now (see sdnn_dask.cluster.connect): collected later,
+    # inside another client's start, its __del__ would hang on distributed's loop lock
+    gc.collect()
 
 
 def test_client_with_other_credentials_is_refused(tls_client):
