@@ -19,7 +19,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,6 +37,10 @@ from .result import RunResult
 
 if TYPE_CHECKING:
     import pandas as pd
+
+#: Where ``compare`` writes and ``report`` reads by default: a folder git ignores, so the
+#: quick start leaves a checkout clean (the repository's curated study is in results/).
+DEFAULT_RESULTS = Path("sdnn-results")
 
 # --------------------------------------------------------------------------- progress
 
@@ -603,16 +607,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if not args.no_write:
         layer_table = records.records_frame([records.layer_records(res, study=study)
                                              for res, *_ in results])
-        try:
-            written = write_results(args.results, table, layer_table, progress)
-        except KeyboardInterrupt:
-            print(f"interrupted while writing the results; {args.results}/ left as it was",
-                  file=sys.stderr)
-            return 130
-        except OSError as error:
-            print(f"error: writing the results failed ({error}); {args.results}/ left as it "
-                  "was", file=sys.stderr)
-            return 2
+        written: list[Path] = []
+        code = _all_or_nothing("the results", args.results, lambda: written.extend(
+            write_results(args.results, table, layer_table, progress)))
+        if code is not None:
+            return code
         print("\nwrote " + ", ".join(str(p) for p in written))
     failed = [res for res, check, *_ in results if check != "PASS"]
     if failed:
@@ -802,23 +801,34 @@ def cmd_study(args: argparse.Namespace) -> int:
     return 0
 
 
+def _all_or_nothing(what: str, folder: Path, write: Callable[[], object]) -> int | None:
+    """Run a staged write of ``folder``; on Ctrl-C or a failed write, say the folder was
+    left as it was and return the exit code (130 or 2); ``None`` when it succeeded."""
+    try:
+        write()
+    except KeyboardInterrupt:
+        print(f"interrupted while writing {what}; {folder}/ left as it was", file=sys.stderr)
+        return 130
+    except OSError as error:
+        print(f"error: writing {what} failed ({error}); {folder}/ left as it was",
+              file=sys.stderr)
+        return 2
+    return None
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     table = records.read_records(args.results)
     summary = report.summary_markdown(table)
     if args.write:  # all together, or none, as compare writes them
         layers = records.read_records(args.results, "layers")
-        try:
+        def write() -> None:
             with _staged_writes(args.results) as (staging, names):
                 _write_report(staging, names, table, layers,
                               lambda message: print(message, file=sys.stderr))
-        except KeyboardInterrupt:
-            print(f"interrupted while writing the report; {args.results}/ left as it was",
-                  file=sys.stderr)
-            return 130
-        except OSError as error:
-            print(f"error: writing the report failed ({error}); {args.results}/ left as it "
-                  "was", file=sys.stderr)
-            return 2
+
+        code = _all_or_nothing("the report", args.results, write)
+        if code is not None:
+            return code
     print(summary)
     return 0
 
@@ -911,8 +921,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--blocks", type=POSITIVE, default=None, help="row blocks (one per worker)")
     _add_model_arguments(p)
     p.add_argument("--repeat", type=POSITIVE, default=1, help="runs of each configuration")
-    p.add_argument("--results", type=Path, default=Path("results"),
-                   help="folder for records.csv, layers.csv, summary.md (results/)")
+    p.add_argument("--results", type=Path, default=DEFAULT_RESULTS,
+                   help="folder for records.csv, layers.csv, summary.md and the plots "
+                        f"({DEFAULT_RESULTS}/, which git ignores; the repository's curated "
+                        "results/ was made with --results results)")
     p.add_argument("--no-write", action="store_true", help="print only; write no records")
     p.add_argument("--quiet", "-q", action="store_true")
     p.set_defaults(func=cmd_compare)
@@ -954,7 +966,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_study)
 
     p = sub.add_parser("report", help="render the latest study's report from the records")
-    p.add_argument("--results", type=Path, default=Path("results"))
+    p.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
     p.add_argument("--write", action="store_true",
                    help="also rewrite summary.md and comparison.png")
     p.set_defaults(func=cmd_report)
