@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from dense_reference import BIAS_KINDS, dense_infer, integer_inputs, integer_network
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -85,3 +86,46 @@ def test_empty_and_all_dead():
 def test_width_mismatch():
     with pytest.raises(ValueError, match="columns"):
         forward_block(make_network(1024, 1), sp.csr_matrix((2, 64)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.sampled_from([8, 33, 64, 257, 1024]),
+    rows=st.integers(0, 600),
+    layers=st.integers(1, 8),
+    density=st.floats(0.005, 0.5),
+    input_density=st.floats(0.01, 0.6),
+    bias_kind=st.sampled_from(BIAS_KINDS),
+    path=st.sampled_from(sorted(PATHS)),
+    chunk=st.sampled_from([None, 1, 7, 300]),
+)
+def test_matches_an_independent_dense_recurrence(seed, n, rows, layers, density,
+                                                 input_density, bias_kind, path, chunk):
+    """Exact agreement with float64 NumPy on integer networks: every bias sign, per-neuron
+    biases, sums that cancel to exactly 0.0, both kernel paths, several chunks and tiles."""
+    rng = np.random.default_rng(seed)
+    density = min(density, 40 / n)  # about 40 inputs per neuron at most: sums stay exact
+    weights, bias, ymax = integer_network(rng, n, layers, density, bias_kind)
+    y = integer_inputs(rng, rows, n, input_density)
+    kwargs = dict(PATHS[path])
+    if chunk is not None:
+        kwargs["chunk_bytes"] = chunk * 4 * n  # at most `chunk` rows per chunk
+    net = Network(weights, bias=bias, ymax=ymax)
+    expected = dense_infer(weights, bias, ymax, y)
+    out = forward_block(net, y, **kwargs).to_csr().toarray()
+    np.testing.assert_array_equal(out, expected)
+    np.testing.assert_array_equal(infer_reference(net, y).output.toarray(), expected)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_sum_that_cancels_gets_no_bias(path):
+    """Z = 1 - 1 = 0 stays 0 under a positive bias; Z = 1 gets it; a negative Z clips."""
+    w = sp.csr_matrix(np.array([[1, 1, 0], [-1, 0, 0], [0, 0, -1]], dtype=np.float32))
+    net = Network([w, sp.identity(3, format="csr", dtype=np.float32)],
+                  bias=np.array([0.25, 0.5, 0.75], dtype=np.float32), ymax=32)
+    y = sp.csr_matrix(np.array([[1, 1, 0], [1, 0, 0], [1, 1, 1]], dtype=np.float32))
+    out = forward_block(net, y, **PATHS[path]).to_csr().toarray()
+    # layer 1: row 0 -> Z = [0, 1, 0] -> [0, 1.5, 0]; row 1 -> [1, 1, 0] -> [1.25, 1.5, 0];
+    # row 2 -> [0, 1, -1] -> [0, 1.5, 0] (the -1 + 0.75 < 0 clips to 0). Layer 2 adds again.
+    np.testing.assert_array_equal(out, [[0, 2.0, 0], [1.5, 2.0, 0], [0, 2.0, 0]])

@@ -7,10 +7,12 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
+import scipy.sparse as sp
 
 from sdnn_dask import records, report
 from sdnn_dask.parallel import run_serial
 from sdnn_dask.radixnet import make_inputs, make_network
+from sdnn_dask.result import RunResult
 
 
 @pytest.fixture(scope="module")
@@ -135,3 +137,73 @@ def test_communication_per_layer_from_the_records(tmp_path):
     assert report.plot_communication(records, layers, tmp_path / "c.png").stat().st_size > 0
     assert report.plot_communication(records[records.strategy == "data"], layers,
                                      tmp_path / "d.png") is None
+
+
+def _hand_made_run(**overrides) -> RunResult:
+    """A three-worker, four-block run whose derived columns are worked out below by hand."""
+    fields = dict(
+        strategy="data", partition="hash",
+        network={"name": "hand", "neurons": 16, "layers": 3, "edges": 12345},
+        n_inputs=1000, n_workers=3, n_blocks=4, output=sp.csr_matrix((1000, 16)),
+        wall_seconds=2.5,
+        blocks=pd.DataFrame({"block": [0, 1, 2, 3], "worker": ["w0", "w1", "w2", "w0"],
+                             "rows": [250] * 4, "survivors": [0, 4, 4, 8],
+                             "compute_s": [1.0, 2.0, 3.0, 6.0]}),
+        layers=pd.DataFrame({"block": [0, 0], "layer": [1, 2], "mode": ["sparse"] * 2,
+                             "rows_in": [250, 10], "rows_out": [10, 0], "nnz_out": [30, 0],
+                             "seconds": [0.25, 0.5]}),
+        params={"seed": 3, "nbuckets": "x"}, parts=1,
+    )
+    fields.update(overrides)
+    return RunResult(**fields)
+
+
+def test_derived_columns_against_hand_computed_values():
+    frame = records.run_records(_hand_made_run(), study="s", check="PASS")
+    assert len(frame) == 4 and frame["block"].tolist() == [0, 1, 2, 3]
+    row = frame.iloc[0]
+    assert row["edges_per_s"] == 1000 * 12345 / 2.5 == 4_938_000.0  # inputs x edges / wall
+    assert row["workers"] == 3 and row["blocks"] == 4 and row["edges"] == 12345
+    assert row["imbalance"] == 6.0 / 3.0  # max / mean of compute_s (mean 12/4)
+    assert row["survivor_imbalance"] == 8.0 / 4.0  # max / mean of survivors (mean 16/4)
+    assert row["row_groups"] == 1  # not given: one row group
+    assert np.isnan(row["bytes_moved"]) and np.isnan(row["predicted_volume"])
+    assert np.isnan(row["partition_s"]) and np.isnan(row["max_abs_diff"])
+    assert row["params"] == "nbuckets=x;seed=3"  # sorted k=v pairs
+    assert row["check"] == "PASS" and row["check_against"] == "reference"
+
+    given = records.run_records(
+        _hand_made_run(row_groups=2, bytes_moved=4096, predicted_volume=7,
+                       partition_seconds=0.5), study="s", max_abs_diff=1e-6).iloc[0]
+    assert (given["row_groups"], given["bytes_moved"], given["predicted_volume"],
+            given["partition_s"], given["max_abs_diff"]) == (2, 4096, 7, 0.5, 1e-6)
+
+    layers = records.layer_records(_hand_made_run(), study="s")
+    assert layers["seconds"].tolist() == [0.25, 0.5]
+    assert layers["study"].tolist() == ["s", "s"] and layers["bytes_in"].isna().all()
+
+
+def test_versions_mark_a_missing_library(monkeypatch):
+    monkeypatch.setattr(records, "_VERSIONED", ("numpy", "no-such-library-sdnn"))
+    text = records.versions()
+    assert text.startswith(f"numpy={np.__version__};no-such-library-sdnn=?;python=")
+
+
+def test_append_to_an_empty_file_and_concatenate(tmp_path):
+    path = tmp_path / records.RECORDS_FILE
+    path.touch()  # left empty by an earlier crash: treated as no rows yet
+    first = records.run_records(_hand_made_run(), study="s1")
+    records.append_records(first, path)
+    records.append_records(records.run_records(_hand_made_run(n_inputs=10), study="s2"), path)
+    back = pd.read_csv(path)
+    assert back["study"].tolist() == ["s1"] * 4 + ["s2"] * 4
+    assert back["inputs"].tolist() == [1000] * 4 + [10] * 4
+
+
+def test_records_frame_drops_empty_tables():
+    empty = pd.DataFrame(columns=records.RUN_COLUMNS)
+    assert list(records.records_frame([]).columns) == records.RUN_COLUMNS
+    assert records.records_frame([]).empty
+    one = records.run_records(_hand_made_run(), study="s")
+    both = records.records_frame([empty, one, empty, one])
+    assert len(both) == 8 and both.index.tolist() == list(range(8))

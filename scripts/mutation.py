@@ -1,0 +1,307 @@
+"""Mutation testing of the core modules with cosmic-ray, in bounded time on two cores.
+
+Each source file gets a cosmic-ray session; each mutant is tested by the tests chosen for
+its module (``TARGETS``), stopping at the first failure. Sessions run in private copies of
+the repository (``.mutation/tree-J``), one per job, so two jobs never see each other's
+mutants; the numba cache is a fresh folder for every test run, so a mutant never runs
+a kernel compiled from other source.
+
+Usage (``pip install -e ".[mutation]"`` first)::
+
+    python scripts/mutation.py                      # every target, 2 jobs, resumable
+    python scripts/mutation.py kernels io --jobs 1  # some targets
+    python scripts/mutation.py --report             # scores and survivors, no run
+    python scripts/mutation.py records --rerun-survivors   # after improving the tests
+
+The sessions are kept in ``.mutation/`` (git-ignored): an interrupted run goes on where it
+stopped. Survivors are listed with ``--report --survivors``; why each one is equivalent or
+accepted is written in ``docs/testing.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+WORK = REPO / ".mutation"
+PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-x", "-q", "--no-header",
+          "-o", "addopts=", "--hypothesis-seed=0", "-W", "ignore"]
+
+# module -> (source files under sdnn_dask/, tests that guard them)
+TARGETS: dict[str, tuple[list[str], list[str]]] = {
+    "kernels": (["kernels.py"], ["tests/test_kernels.py", "tests/test_reference.py"]),
+    "reference": (["reference.py"], ["tests/test_reference.py", "tests/test_kernels.py"]),
+    "records": (["records.py"], ["tests/test_records.py"]),
+    "result": (["result.py"], ["tests/test_records.py", "tests/test_check.py"]),
+    "io": (["io.py"], ["tests/test_io.py"]),
+    "slabs": (["slabs.py"], ["tests/test_slabs.py"]),
+    "partition": (["partition/rows.py", "partition/neurons.py", "partition/hypergraph.py",
+                   "partition/hashing.py", "partition/balance.py"],
+                  ["tests/test_partition.py", "tests/test_neuron_partitions.py"]),
+    "parallel": (["parallel/serial.py", "parallel/data.py", "parallel/model.py",
+                  "parallel/direct.py", "parallel/exchange.py", "parallel/transfers.py",
+                  "parallel/placement.py", "parallel/faults.py"],
+                 ["tests/test_model_parallel.py", "tests/test_data_parallel.py",
+                  "tests/test_direct_transport.py"]),
+}
+
+# One mutant per site where cosmic-ray offers many: + <-> -, * <-> /, comparisons moved
+# across their boundary or negated, numbers +-1, booleans flipped, and/or swapped, loops
+# run zero times, break <-> continue, exceptions replaced. The exotic replacements
+# (a + b -> a ** b, a < b -> a is b, ...) add thousands of mutants and no information.
+KEEP = (
+    r"ReplaceBinaryOperator_(Add_Sub|Sub_Add|Mul_Div|Div_Mul|FloorDiv_Mul|Mod_FloorDiv|Pow_Mul"
+    r"|BitAnd_BitOr|BitOr_BitAnd|BitXor_BitAnd|LShift_RShift|RShift_LShift)"
+    r"|ReplaceComparisonOperator_(Lt_LtE|LtE_Lt|Gt_GtE|GtE_Gt|Eq_NotEq|NotEq_Eq|Is_IsNot"
+    r"|IsNot_Is|In_NotIn|NotIn_In)"
+    r"|ReplaceUnaryOperator_(USub_UAdd|Delete_Not|Delete_Invert)"
+    r"|ReplaceTrueWithFalse|ReplaceFalseWithTrue|ReplaceAndWithOr|ReplaceOrWithAnd"
+    r"|ReplaceBreakWithContinue|ReplaceContinueWithBreak|NumberReplacer|ZeroIterationForLoop"
+    r"|ExceptionReplacer"
+)
+
+
+def _session(source: str) -> Path:
+    return WORK / "sessions" / (source.replace("/", "-").removesuffix(".py") + ".sqlite")
+
+
+def _tree(job: int) -> Path:
+    """A private copy of the package and tests for one job, refreshed from the repo."""
+    tree = WORK / f"tree-{job}"
+    for part in ("sdnn_dask", "tests", "scripts"):
+        shutil.rmtree(tree / part, ignore_errors=True)
+        shutil.copytree(REPO / part, tree / part,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc"))
+    shutil.copy2(REPO / "pyproject.toml", tree / "pyproject.toml")
+    return tree
+
+
+def _config(tree: Path, source: str, tests: list[str], timeout: float) -> Path:
+    command = " ".join([sys.executable, str(REPO / "scripts" / "mutation.py"), "--pytest",
+                        str(tree), source, *tests])
+    path = WORK / "sessions" / f"{_session(source).stem}.{tree.name}.toml"
+    path.write_text(
+        "[cosmic-ray]\n"
+        f'module-path = "{tree / "sdnn_dask" / source}"\n'
+        f"timeout = {timeout:.0f}\n"
+        "excluded-modules = []\n"
+        f"test-command = {json.dumps(command)}\n"
+        "[cosmic-ray.distributor]\nname = \"local\"\n"
+        "[cosmic-ray.filters.operators-filter]\n"
+        f'exclude-operators = ["core/(?!({KEEP})$)"]\n'
+    )
+    return path
+
+
+def run_pytest(tree: Path, source: str, tests: list[str]) -> int:
+    """One mutant's test run, in `tree`: a fresh numba cache, the module's doctests and tests."""
+    cache = tempfile.mkdtemp(prefix="numba-mutant-")
+    env = dict(os.environ, NUMBA_CACHE_DIR=cache, PYTHONDONTWRITEBYTECODE="1",
+               PYTHONPATH=str(tree))
+    shared = REPO.parent / "shared" / "data" / "graphchallenge"  # the copies sit elsewhere
+    if "SDNN_GRAPHCHALLENGE_DATA" not in env and shared.is_dir():
+        env["SDNN_GRAPHCHALLENGE_DATA"] = str(shared)
+    try:
+        return subprocess.call(
+            [*PYTEST, "--doctest-modules", f"sdnn_dask/{source}", *tests],
+            env=env, cwd=tree, stdout=subprocess.DEVNULL if "-v" not in tests else None)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def _cr(*args: str, cwd: Path) -> None:
+    subprocess.run([str(Path(sys.executable).parent / args[0]), *args[1:]], cwd=cwd,
+                   check=True, stdout=subprocess.DEVNULL)
+
+
+def run_source(job: int, source: str, tests: list[str], log: list[str]) -> None:
+    """Test every pending mutant of one source file in job `job`'s copy of the repo."""
+    tree = _tree(job)
+    session = _session(source)
+    timing = session.with_suffix(".json")
+    if not session.exists():
+        start = time.perf_counter()
+        code = run_pytest(tree, source, tests)
+        if code != 0:
+            raise SystemExit(f"the tests for {source} fail on unmutated code (exit {code}): "
+                             "fix them before mutation testing")
+        timing.write_text(json.dumps({"baseline_s": time.perf_counter() - start}))
+        config = _config(tree, source, tests, _timeout(timing))
+        _cr("cosmic-ray", "init", str(config), str(session), cwd=tree)
+        _cr("cr-filter-operators", str(session), str(config), cwd=tree)
+        _cr("cr-filter-pragma", str(session), cwd=tree)
+        _skip_equivalent(session, REPO / "sdnn_dask" / source)
+    config = _config(tree, source, tests, _timeout(timing))
+    with sqlite3.connect(session) as db:  # sessions move between the jobs' copies
+        db.execute("UPDATE mutation_specs SET module_path = ?",
+                   (str(tree / "sdnn_dask" / source),))
+    todo = _pending(session)
+    log.append(f"[job {job}] {source}: {todo} mutants to test")
+    if todo:
+        _cr("cosmic-ray", "exec", str(config), str(session), cwd=tree)
+    log.append(f"[job {job}] {source}: {summary(session)}")
+
+
+def _annotation_spans(tree: ast.AST) -> list[tuple[int, int, int, int]]:
+    nodes = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg) and node.annotation is not None:
+            nodes.append(node.annotation)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns:
+            nodes.append(node.returns)
+        elif isinstance(node, ast.AnnAssign):
+            nodes.append(node.annotation)
+    return [(n.lineno, n.col_offset, n.end_lineno, n.end_col_offset) for n in nodes]
+
+
+def _skip_equivalent(session: Path, source: Path) -> None:
+    """Mark mutants that cannot change behaviour as skipped, so they do not count.
+
+    Every module has ``from __future__ import annotations``: annotations are strings never
+    evaluated, so ``float | None -> float & None`` is equivalent; so is the bare ``*`` that
+    starts keyword-only parameters, which cosmic-ray reads as a multiplication.
+    """
+    text = source.read_text()
+    lines = text.splitlines()
+    spans = _annotation_spans(ast.parse(text))
+
+    def inside(row: int, col: int) -> bool:
+        return any((r0, c0) <= (row, col) < (r1, c1) for r0, c0, r1, c1 in spans)
+
+    def star_marker(row: int, col: int) -> bool:
+        rest = lines[row - 1][col:]
+        return rest.startswith("*") and rest[1:].lstrip()[:1] in (",", ")", "")
+
+    with sqlite3.connect(session) as db:
+        specs = db.execute("SELECT job_id, operator_name, start_pos_row, start_pos_col "
+                           "FROM mutation_specs WHERE job_id NOT IN "
+                           "(SELECT job_id FROM work_results)").fetchall()
+        for job_id, operator, row, col in specs:
+            if inside(row, col) or ("Mul_" in operator and star_marker(row, col)):
+                db.execute("INSERT INTO work_results (worker_outcome, output, test_outcome, "
+                           "diff, job_id) VALUES ('SKIPPED', 'equivalent: annotation or *', "
+                           "NULL, '', ?)", (job_id,))
+
+
+def _timeout(timing: Path) -> float:
+    """A mutant may take 3x the unmutated run (plus start-up) before it counts as killed."""
+    return 3 * json.loads(timing.read_text())["baseline_s"] + 20
+
+
+def _pending(session: Path) -> int:
+    with sqlite3.connect(session) as db:
+        (n,) = db.execute("SELECT COUNT(*) FROM work_items WHERE job_id NOT IN "
+                          "(SELECT job_id FROM work_results)").fetchone()
+    return n
+
+
+def _outcomes(session: Path) -> list[tuple]:
+    with sqlite3.connect(session) as db:
+        return db.execute(
+            "SELECT r.worker_outcome, r.test_outcome, m.operator_name, m.start_pos_row, "
+            "m.start_pos_col, m.job_id FROM work_results r JOIN mutation_specs m "
+            "ON r.job_id = m.job_id").fetchall()
+
+
+def summary(session: Path) -> str:
+    rows = _outcomes(session)
+    tested = [r for r in rows if r[0] != "SKIPPED"]
+    killed = sum(r[1] == "KILLED" for r in tested)
+    survived = sum(r[1] == "SURVIVED" for r in tested)
+    broken = sum(r[1] == "INCOMPETENT" for r in tested)
+    score = killed / (killed + survived) if killed + survived else float("nan")
+    return (f"{killed} killed, {survived} survived, {broken} incompetent, "
+            f"{_pending(session)} pending: {100 * score:.1f}% killed")
+
+
+def rerun_survivors(source: str) -> int:
+    session = _session(source)
+    with sqlite3.connect(session) as db:
+        n = db.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED'").rowcount
+    return n
+
+
+def report(targets: list[str], survivors: bool) -> None:
+    for target in targets:
+        files, _ = TARGETS[target]
+        killed = survived = 0
+        for source in files:
+            session = _session(source)
+            if not session.exists():
+                print(f"{target}/{source}: not run")
+                continue
+            rows = _outcomes(session)
+            killed += sum(r[1] == "KILLED" for r in rows if r[0] != "SKIPPED")
+            survived += sum(r[1] == "SURVIVED" for r in rows if r[0] != "SKIPPED")
+            print(f"{target}/{source}: {summary(session)}")
+            if survivors:
+                lines = (REPO / "sdnn_dask" / source).read_text().splitlines()
+                for r in sorted(rows, key=lambda r: (r[3], r[4])):
+                    if r[1] == "SURVIVED":
+                        print(f"    {source}:{r[3]}:{r[4]} {r[2].removeprefix('core/')}: "
+                              f"{lines[r[3] - 1].strip()[:90]}")
+        if killed + survived:
+            print(f"== {target}: {killed}/{killed + survived} = "
+                  f"{100 * killed / (killed + survived):.1f}% of tested mutants killed")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("targets", nargs="*", help=f"of {', '.join(TARGETS)} (default: all)")
+    parser.add_argument("--jobs", type=int, default=2, help="sessions run at once (default 2)")
+    parser.add_argument("--report", action="store_true", help="print scores, run nothing")
+    parser.add_argument("--survivors", action="store_true", help="with --report: list them")
+    parser.add_argument("--rerun-survivors", action="store_true",
+                        help="test the surviving mutants again (after improving the tests)")
+    parser.add_argument("--pytest", nargs="+", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.pytest:
+        return run_pytest(Path(args.pytest[0]), args.pytest[1], args.pytest[2:])
+    unknown = sorted(set(args.targets) - set(TARGETS))
+    if unknown:
+        parser.error(f"unknown target {unknown[0]!r}: choose from {', '.join(TARGETS)}")
+    targets = args.targets or list(TARGETS)
+    if args.report:
+        report(targets, args.survivors)
+        return 0
+    (WORK / "sessions").mkdir(parents=True, exist_ok=True)
+    queue = [(s, TARGETS[t][1]) for t in targets for s in TARGETS[t][0]]
+    if args.rerun_survivors:
+        for source, _ in queue:
+            if _session(source).exists():
+                print(f"{source}: {rerun_survivors(source)} survivors to test again")
+    log: list[str] = []
+    lock = threading.Lock()
+
+    def worker(job: int) -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                source, tests = queue.pop(0)
+            run_source(job, source, tests, log)
+            with lock:
+                print(log[-1], flush=True)
+
+    threads = [threading.Thread(target=worker, args=(j,)) for j in range(args.jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    report(targets, survivors=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
