@@ -43,7 +43,8 @@ TARGETS: dict[str, tuple[list[str], list[str]]] = {
     "kernels": (["kernels.py"], ["tests/test_kernels.py", "tests/test_reference.py"]),
     "reference": (["reference.py"], ["tests/test_reference.py", "tests/test_kernels.py"]),
     "records": (["records.py"], ["tests/test_records.py"]),
-    "result": (["result.py"], ["tests/test_records.py", "tests/test_check.py"]),
+    "result": (["result.py"], ["tests/test_result.py", "tests/test_records.py",
+                               "tests/test_check.py"]),
     "io": (["io.py"], ["tests/test_io.py"]),
     "slabs": (["slabs.py"], ["tests/test_slabs.py"]),
     "partition": (["partition/rows.py", "partition/neurons.py", "partition/hypergraph.py",
@@ -79,12 +80,126 @@ def _session(source: str) -> Path:
 def _tree(job: int) -> Path:
     """A private copy of the package and tests for one job, refreshed from the repo."""
     tree = WORK / f"tree-{job}"
-    for part in ("sdnn_dask", "tests", "scripts"):
-        shutil.rmtree(tree / part, ignore_errors=True)
-        shutil.copytree(REPO / part, tree / part,
+    # "original" keeps the unmutated sources the mutants are compared with
+    for part, target in (("sdnn_dask", "sdnn_dask"), ("tests", "tests"),
+                         ("scripts", "scripts"), ("sdnn_dask", "original")):
+        shutil.rmtree(tree / target, ignore_errors=True)
+        shutil.copytree(REPO / part, tree / target,
                         ignore=shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc"))
+    shutil.rmtree(WORK / f"numba-warm-{tree.name}", ignore_errors=True)  # from older sources
     shutil.copy2(REPO / "pyproject.toml", tree / "pyproject.toml")
+    (tree / "sitecustomize.py").write_text(SITECUSTOMIZE)
     return tree
+
+
+# Imported at start-up by every Python process of a test run (the copy is on PYTHONPATH,
+# so LocalCluster workers get it too). With SDNN_MUTATION_STABLE_STAMP set, numba's cache
+# takes the copy's package files as unchanged, so a mutant outside every compiled function
+# reuses the kernels compiled from the original source instead of compiling them all again
+# (18 of the 22 s of tests/test_slabs.py). Numba's index key still hashes each function's
+# bytecode; the mode is used only when the mutant is in a plain Python function's body.
+SITECUSTOMIZE = """\
+import os
+if os.environ.get("SDNN_MUTATION_STABLE_STAMP"):
+    from numba.core import caching
+
+    _root = os.environ["SDNN_MUTATION_STABLE_STAMP"]
+    _original = caching._SourceFileBackedLocatorMixin.get_source_stamp
+
+    def _stable_stamp(self):
+        if str(self._py_file).startswith(_root):
+            return b"sdnn-mutation-stable-source"
+        return _original(self)
+
+    caching._SourceFileBackedLocatorMixin.get_source_stamp = _stable_stamp
+"""
+
+
+def _jitted(node: ast.AST) -> bool:
+    return isinstance(node, ast.FunctionDef) and any(
+        "jit" in ast.unparse(d) for d in node.decorator_list)
+
+
+def _package_kernels(root: Path) -> dict[tuple[str, str], tuple[set[str], set[str]]]:
+    """Every compiled function of the package: (module, name) -> (names it calls, globals
+    it reads)."""
+    found = {}
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if _jitted(node):
+                calls = {c.func.id if isinstance(c.func, ast.Name) else c.func.attr
+                         for c in ast.walk(node) if isinstance(c, ast.Call)
+                         and isinstance(c.func, (ast.Name, ast.Attribute))}
+                reads = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+                found[path.stem, node.name] = (calls, reads)
+    return found
+
+
+def _stale_kernels(tree: Path, source: str) -> set[tuple[str, str]] | None:
+    """The compiled functions whose cached machine code a mutant of ``source`` makes stale,
+    or ``None`` when that cannot be told (then everything is compiled afresh).
+
+    A mutant inside a plain Python function's body makes none stale. One inside a compiled
+    function makes it and every compiled function calling it, transitively, stale (numba
+    links a callee's code into its callers). One in a module-level assignment makes the
+    compiled functions reading that global stale (numba freezes globals at compile time).
+    """
+    if not (tree / "original" / source).exists():
+        return None
+    original = (tree / "original" / source).read_text()
+    mutated = (tree / "sdnn_dask" / source).read_text()
+    a, b = original.splitlines(), mutated.splitlines()
+    if len(a) != len(b):
+        return None
+    changed = [i + 1 for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+    module = ast.parse(original)
+    kernels = _package_kernels(tree / "original")
+    name = Path(source).stem
+    stale: set[tuple[str, str]] = set()
+    for line in changed:
+        holders = [n for n in ast.walk(module)
+                   if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                   and n.body[0].lineno <= line <= n.end_lineno]
+        if any(_jitted(n) for n in holders):
+            stale |= {(name, n.name) for n in holders if _jitted(n)}
+        elif holders:
+            continue  # a plain function's body: no kernel changes
+        else:
+            targets = [t.id for n in module.body if isinstance(n, (ast.Assign, ast.AnnAssign))
+                       and n.lineno <= line <= n.end_lineno
+                       for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                       if isinstance(t, ast.Name)]
+            if not targets:
+                return None
+            stale |= {k for k, (_, reads) in kernels.items() if set(targets) & reads}
+    grown = True
+    while grown:  # callers of stale kernels are stale
+        more = {k for k, (calls, _) in kernels.items() if any(s[1] in calls for s in stale)}
+        grown = not more <= stale
+        stale |= more
+    return stale
+
+
+def _mutant_cache(tree: Path, source: str) -> tuple[str, bool]:
+    """A numba cache folder for one mutant's run, and whether it is a private one to delete.
+
+    The job's warm cache (compiled from the original sources) is linked into a private
+    folder without the mutant's stale kernels, which recompile; when staleness cannot be
+    told, the folder starts empty.
+    """
+    warm = WORK / f"numba-warm-{tree.name}"
+    stale = _stale_kernels(tree, source)
+    if stale is not None and not stale and not warm.exists():
+        warm.mkdir(parents=True)
+        return str(warm), False  # the unmutated run: fill the warm cache
+    private = Path(tempfile.mkdtemp(prefix="numba-mutant-"))
+    if stale is not None and warm.exists():
+        shutil.rmtree(private)
+        shutil.copytree(warm, private, copy_function=os.link)  # numba replaces, never edits
+        for module, function in stale:
+            for path in private.rglob(f"{module}.{function}-*.nb*"):
+                path.unlink()
+    return str(private), True
 
 
 def _config(tree: Path, source: str, tests: list[str], timeout: float) -> Path:
@@ -106,9 +221,9 @@ def _config(tree: Path, source: str, tests: list[str], timeout: float) -> Path:
 
 def run_pytest(tree: Path, source: str, tests: list[str]) -> int:
     """One mutant's test run, in `tree`: a fresh numba cache, the module's doctests and tests."""
-    cache = tempfile.mkdtemp(prefix="numba-mutant-")
+    cache, private = _mutant_cache(tree, source)
     env = dict(os.environ, NUMBA_CACHE_DIR=cache, PYTHONDONTWRITEBYTECODE="1",
-               PYTHONPATH=str(tree))
+               PYTHONPATH=str(tree), SDNN_MUTATION_STABLE_STAMP=str(tree / "sdnn_dask"))
     shared = REPO.parent / "shared" / "data" / "graphchallenge"  # the copies sit elsewhere
     if "SDNN_GRAPHCHALLENGE_DATA" not in env and shared.is_dir():
         env["SDNN_GRAPHCHALLENGE_DATA"] = str(shared)
@@ -117,7 +232,8 @@ def run_pytest(tree: Path, source: str, tests: list[str]) -> int:
             [*PYTEST, "--doctest-modules", f"sdnn_dask/{source}", *tests],
             env=env, cwd=tree, stdout=subprocess.DEVNULL if "-v" not in tests else None)
     finally:
-        shutil.rmtree(cache, ignore_errors=True)
+        if private:
+            shutil.rmtree(cache, ignore_errors=True)
 
 
 def _cr(*args: str, cwd: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -50,3 +52,43 @@ def test_width_mismatch():
     net = Network([sp.identity(4, format="csr")], bias=-0.1)
     with pytest.raises(ValueError, match="4 neurons"):
         infer_reference(net, sp.csr_matrix((2, 5)))
+
+
+def test_check_messages_and_one_sided_differences():
+    check = check_categories(np.array([0, 1, 2, 9]), np.array([1, 2, 3, 4]))
+    assert str(check) == ("FAIL: 4 categories, truth has 4; 2 missing (first: [4, 5]), "
+                          "2 extra (first: [1, 10]), as 1-based row ids")
+    assert str(check_categories(np.array([5]), np.array([5]))) == "PASS: 1 categories, truth has 1"
+    only_extra = check_categories(np.array([0, 1, 2]), np.array([0, 1]))
+    only_missing = check_categories(np.array([0]), np.array([0, 1]))
+    assert not only_extra.passed and only_extra.extra.tolist() == [2]
+    assert not only_missing.passed and only_missing.missing.tolist() == [1]
+    with pytest.raises(AttributeError):  # a verdict cannot be edited after the fact
+        check.passed = True
+
+
+def test_trace_and_timing_are_consistent():
+    net = Network([sp.identity(4, format="csr", dtype=np.float32) * 2] * 3, bias=-1.0, ymax=32)
+    y = sp.csr_matrix(np.array([[1, 0, 0, 0], [0, 3, 0, 1]], dtype=np.float32))
+    start = time.perf_counter()
+    result = infer_reference(net, y)
+    elapsed = time.perf_counter() - start
+    assert result.trace["layer"].tolist() == [1, 2, 3]
+    assert result.trace["rows_out"].tolist() == [2, 2, 2]
+    assert result.trace["nnz_out"].tolist() == [3, 3, 3]
+    # the clock brackets the layers: every layer's time is inside the run's, inside the call
+    assert (result.trace["seconds"] >= 0).all()
+    assert result.trace["seconds"].sum() <= result.seconds <= elapsed
+    assert "trace" not in repr(result)  # the table stays out of the repr
+
+
+def test_width_mismatch_message():
+    net = Network([sp.identity(4, format="csr")], bias=-0.1)
+    with pytest.raises(ValueError, match=r"^inputs have 5 columns, the network has 4 neurons$"):
+        infer_reference(net, sp.csr_matrix((2, 5)))
+
+
+def test_check_message_lists_the_first_five():
+    check = check_categories(np.arange(10, 17), np.arange(0, 7))  # 7 missing, 7 extra
+    assert "7 missing (first: [1, 2, 3, 4, 5])" in str(check)
+    assert "7 extra (first: [11, 12, 13, 14, 15])" in str(check)
