@@ -1,0 +1,133 @@
+"""Every executor path against answers it shares no code with.
+
+The expected outputs come from :mod:`dense_reference` (dense float64 NumPy; integer
+networks make float32 sums exact, so the match is exact, cancellations and positive biases
+included). The expected communication of model parallelism comes from the partition and
+the activations' nonzero pattern alone: which columns each part must read from each other
+part (the structure of ``W``), and how many nonzeros and rows those columns hold.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from dense_reference import dense_infer, integer_inputs, integer_network
+
+from sdnn_dask.network import Network
+from sdnn_dask.parallel import TRANSPORTS, DataParallelExecutor, ModelParallelExecutor, run_serial
+from sdnn_dask.partition import ROW_PARTITIONS, make_neuron_partition
+
+N, LAYERS, ROWS = 96, 7, 230
+
+
+@pytest.fixture(scope="module", params=["positive", "mixed", "negative"])
+def problem(request):
+    """A positive bias (every row lives on; cancelled sums must stay bias-free), per-neuron
+    biases of both signs, and a negative bias (rows die)."""
+    rng = np.random.default_rng(11)
+    weights, bias, _ = integer_network(rng, N, LAYERS, 6 / N, request.param)
+    ymax = 4.0
+    inputs = integer_inputs(rng, ROWS, N, 0.03)
+    net = Network(weights, bias=bias, ymax=ymax)
+    return net, inputs, _activations(weights, bias, ymax, inputs)
+
+
+def _activations(weights, bias, ymax, inputs) -> list[np.ndarray]:
+    """Y_0 .. Y_L, densely, by the independent recurrence."""
+    ys = [inputs.toarray().astype(np.float64)]
+    for w in weights:
+        ys.append(dense_infer([w], bias, ymax, ys[-1]))
+    return ys
+
+
+def test_the_problem_is_not_trivial(problem):
+    net, _, ys = problem
+    final = ys[-1]
+    assert 0 < np.count_nonzero(final.any(axis=1))
+    assert (final == net.ymax).any() and ((final > 0) & (final < net.ymax)).any()
+    if (net.bias < 0).all():
+        assert np.count_nonzero(final.any(axis=1)) < ROWS  # some rows die
+    # sums that cancel to exactly zero occur, so the bias rule is exercised
+    z = ys[0] @ net.layers[0].toarray()
+    touched = (ys[0] != 0).astype(float) @ (net.layers[0].toarray() != 0)
+    assert ((z == 0) & (touched > 0)).any()
+
+
+@pytest.mark.parametrize("method", ["reference", "kernel"])
+def test_serial(problem, method):
+    net, inputs, ys = problem
+    np.testing.assert_array_equal(run_serial(net, inputs, method).output.toarray(), ys[-1])
+
+
+@pytest.mark.parametrize("partition", ROW_PARTITIONS)
+def test_data_parallel(client, problem, partition):
+    net, inputs, ys = problem
+    result = DataParallelExecutor(client, net, warm_up=False).run(
+        inputs, partition=partition, n_blocks=3)
+    np.testing.assert_array_equal(result.output.toarray(), ys[-1])
+    assert result.n_blocks == 3 and result.blocks["rows"].sum() == ROWS
+
+
+def _expected_communication(net, partition, ys, workers: int) -> dict[int, dict[str, int]]:
+    """Per layer: the columns every part reads from other parts (``columns_in``), the
+    nonzeros and rows (with a nonzero in them) of those columns, and the bytes of the
+    pieces that cross workers to carry them (``bytes_moved``).
+
+    Part ``p`` runs on worker ``p % workers``. A source sends each other worker one piece:
+    the union of the columns its parts there read, with the rows that hold a nonzero in
+    them. At these sizes (at most 256 rows, under half the entries nonzero) a piece is one
+    block of column-major runs: int64 row ids, int32 row and float32 value per nonzero,
+    int64 run starts per column plus one, two int64 block bounds, and, when it serves
+    several parts, their int32 column positions (``sdnn_dask.slabs.BlockCSC``).
+    """
+    parts = partition.parts
+    expected = {}
+    for layer, w in enumerate(net.layers, start=1):
+        y = ys[layer - 1]
+        assert y.shape[0] <= 256 and 2 * np.count_nonzero(y) < y.size  # one block, no tiles
+        reads = w.tocsc()  # column c of W: the inputs output neuron c reads
+        totals = dict.fromkeys(["columns_in", "nnz_in", "rows_received", "bytes_moved"], 0)
+        reading: dict[tuple[int, int], np.ndarray] = {}  # (reader, source) -> columns
+        for p in range(partition.k):
+            own = np.flatnonzero(parts[layer] == p)
+            needed = np.unique(np.concatenate(
+                [reads.indices[reads.indptr[c]:reads.indptr[c + 1]] for c in own]
+                or [np.empty(0, np.int32)]))
+            for q in range(partition.k):
+                cols = needed[parts[layer - 1][needed] == q]
+                if q != p and len(cols):  # what part p reads from another part
+                    reading[p, q] = cols
+                    block = y[:, cols]
+                    totals["columns_in"] += len(cols)
+                    totals["nnz_in"] += int(np.count_nonzero(block))
+                    totals["rows_received"] += int(np.count_nonzero(block.any(axis=1)))
+        for q in range(partition.k):  # one piece per source and other worker with readers
+            for worker in {p % workers for p, s in reading if s == q} - {q % workers}:
+                served = [p for p, s in reading if s == q and p % workers == worker]
+                cols = np.unique(np.concatenate([reading[p, q] for p in served]))
+                block = y[:, cols]
+                rows, nnz = np.count_nonzero(block.any(axis=1)), np.count_nonzero(block)
+                labels = 4 * len(cols) if len(served) > 1 else 0
+                totals["bytes_moved"] += int(8 * rows + 8 * nnz + 8 * (len(cols) + 1) + 16
+                                             + labels)
+        expected[layer] = totals
+    return expected
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize(("method", "k", "row_groups"),
+                         [("block", 2, 1), ("random", 3, 1), ("hash", 2, 2)])
+def test_model_and_hybrid(client, problem, method, k, row_groups, transport):
+    net, inputs, ys = problem
+    partition = make_neuron_partition(net, k, method, seed=4)
+    result = ModelParallelExecutor(client, net, warm_up=False).run(
+        inputs, partition=partition, row_groups=row_groups, transport=transport)
+    np.testing.assert_array_equal(result.output.toarray(), ys[-1])
+    if row_groups != 1:
+        return  # the row groups split the rows: the per-layer totals below are for one group
+    comm = result.communication.set_index("layer")
+    expected = _expected_communication(net, partition, ys, len(client.scheduler_info()["workers"]))
+    for layer, values in expected.items():
+        got = {name: int(comm.loc[layer, name]) for name in values}
+        assert got == values, f"layer {layer}"
+    assert result.bytes_moved == sum(v["bytes_moved"] for v in expected.values())
