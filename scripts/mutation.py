@@ -46,15 +46,15 @@ TARGETS: dict[str, tuple[list[str], list[str]]] = {
     "result": (["result.py"], ["tests/test_result.py", "tests/test_records.py",
                                "tests/test_check.py"]),
     "io": (["io.py"], ["tests/test_io.py"]),
-    "slabs": (["slabs.py"], ["tests/test_slabs.py"]),
+    "slabs": (["slabs.py"], ["tests/test_slabs.py", "tests/test_independent.py"]),
     "partition": (["partition/rows.py", "partition/neurons.py", "partition/hypergraph.py",
                    "partition/hashing.py", "partition/balance.py"],
                   ["tests/test_partition.py", "tests/test_neuron_partitions.py"]),
     "parallel": (["parallel/serial.py", "parallel/data.py", "parallel/model.py",
                   "parallel/direct.py", "parallel/exchange.py", "parallel/transfers.py",
                   "parallel/placement.py", "parallel/faults.py"],
-                 ["tests/test_model_parallel.py", "tests/test_data_parallel.py",
-                  "tests/test_direct_transport.py"]),
+                 ["tests/test_independent.py", "tests/test_model_parallel.py",
+                  "tests/test_data_parallel.py", "tests/test_direct_transport.py"]),
 }
 
 # One mutant per site where cosmic-ray offers many: + <-> -, * <-> /, comparisons moved
@@ -241,7 +241,27 @@ def _cr(*args: str, cwd: Path) -> None:
                    check=True, stdout=subprocess.DEVNULL)
 
 
-def run_source(job: int, source: str, tests: list[str], log: list[str]) -> None:
+def _sample(session: Path, size: int) -> None:
+    """Keep at most ``size`` mutants of a session to test (a fixed random sample, seed 0);
+    the others are marked skipped, "not in the sample". Mutants already tested stay."""
+    import random
+
+    with sqlite3.connect(session) as db:
+        (tested,) = db.execute("SELECT COUNT(*) FROM work_results WHERE worker_outcome "
+                               "!= 'SKIPPED'").fetchone()
+        pending = sorted(r[0] for r in db.execute(
+            "SELECT job_id FROM work_items WHERE job_id NOT IN "
+            "(SELECT job_id FROM work_results)"))
+        keep = set(random.Random(0).sample(pending, min(len(pending), max(0, size - tested))))
+        for job_id in pending:
+            if job_id not in keep:
+                db.execute("INSERT INTO work_results (worker_outcome, output, test_outcome, "
+                           "diff, job_id) VALUES ('SKIPPED', 'not in the sample', NULL, '', "
+                           "?)", (job_id,))
+
+
+def run_source(job: int, source: str, tests: list[str], log: list[str],
+               sample: int | None = None) -> None:
     """Test every pending mutant of one source file in job `job`'s copy of the repo."""
     tree = _tree(job)
     session = _session(source)
@@ -262,6 +282,8 @@ def run_source(job: int, source: str, tests: list[str], log: list[str]) -> None:
     with sqlite3.connect(session) as db:  # sessions move between the jobs' copies
         db.execute("UPDATE mutation_specs SET module_path = ?",
                    (str(tree / "sdnn_dask" / source),))
+    if sample is not None:
+        _sample(session, sample)
     todo = _pending(session)
     log.append(f"[job {job}] {source}: {todo} mutants to test")
     if todo:
@@ -326,19 +348,21 @@ def _outcomes(session: Path) -> list[tuple]:
     with sqlite3.connect(session) as db:
         return db.execute(
             "SELECT r.worker_outcome, r.test_outcome, m.operator_name, m.start_pos_row, "
-            "m.start_pos_col, m.job_id FROM work_results r JOIN mutation_specs m "
+            "m.start_pos_col, m.job_id, r.output FROM work_results r JOIN mutation_specs m "
             "ON r.job_id = m.job_id").fetchall()
 
 
 def summary(session: Path) -> str:
     rows = _outcomes(session)
     tested = [r for r in rows if r[0] != "SKIPPED"]
+    unsampled = sum(r[0] == "SKIPPED" and r[6] == "not in the sample" for r in rows)
     killed = sum(r[1] == "KILLED" for r in tested)
     survived = sum(r[1] == "SURVIVED" for r in tested)
     broken = sum(r[1] == "INCOMPETENT" for r in tested)
     score = killed / (killed + survived) if killed + survived else float("nan")
+    sampled = f" (a sample: {unsampled} others not tested)" if unsampled else ""
     return (f"{killed} killed, {survived} survived, {broken} incompetent, "
-            f"{_pending(session)} pending: {100 * score:.1f}% killed")
+            f"{_pending(session)} pending: {100 * score:.1f}% killed{sampled}")
 
 
 def rerun_survivors(source: str) -> int:
@@ -374,16 +398,24 @@ def report(targets: list[str], survivors: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("targets", nargs="*", help=f"of {', '.join(TARGETS)} (default: all)")
+    parser.add_argument("targets", nargs="*",
+                        help=f"of {', '.join(TARGETS)} (default: all); TARGET:N tests a "
+                             "sample of N mutants per file of that target")
     parser.add_argument("--jobs", type=int, default=2, help="sessions run at once (default 2)")
     parser.add_argument("--report", action="store_true", help="print scores, run nothing")
     parser.add_argument("--survivors", action="store_true", help="with --report: list them")
     parser.add_argument("--rerun-survivors", action="store_true",
                         help="test the surviving mutants again (after improving the tests)")
+    parser.add_argument("--sample", type=int, metavar="N",
+                        help="test at most N mutants per source file, a fixed random sample "
+                             "(default: all)")
     parser.add_argument("--pytest", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.pytest:
         return run_pytest(Path(args.pytest[0]), args.pytest[1], args.pytest[2:])
+    # a target may carry its own sample size: "io:120"
+    samples = {t.split(":")[0]: int(t.split(":")[1]) for t in args.targets if ":" in t}
+    args.targets = [t.split(":")[0] for t in args.targets]
     unknown = sorted(set(args.targets) - set(TARGETS))
     if unknown:
         parser.error(f"unknown target {unknown[0]!r}: choose from {', '.join(TARGETS)}")
@@ -392,9 +424,10 @@ def main(argv: list[str] | None = None) -> int:
         report(targets, args.survivors)
         return 0
     (WORK / "sessions").mkdir(parents=True, exist_ok=True)
-    queue = [(s, TARGETS[t][1]) for t in targets for s in TARGETS[t][0]]
+    queue = [(s, TARGETS[t][1], samples.get(t, args.sample))
+             for t in targets for s in TARGETS[t][0]]
     if args.rerun_survivors:
-        for source, _ in queue:
+        for source, _, _ in queue:
             if _session(source).exists():
                 print(f"{source}: {rerun_survivors(source)} survivors to test again")
     log: list[str] = []
@@ -405,8 +438,8 @@ def main(argv: list[str] | None = None) -> int:
             with lock:
                 if not queue:
                     return
-                source, tests = queue.pop(0)
-            run_source(job, source, tests, log)
+                source, tests, sample = queue.pop(0)
+            run_source(job, source, tests, log, sample)
             with lock:
                 print(log[-1], flush=True)
 

@@ -730,7 +730,7 @@ def read_categories(path: PathLike) -> np.ndarray:
     bad = (ids != np.floor(ids)) | (ids < 1)
     if bad.any():
         line = _first_bad(bad)
-        raise ChallengeFormatError(path, f"row id {ids[line - 1]!r} is not a whole number >= 1",
+        raise ChallengeFormatError(path, f"row id {ids[line - 1]:g} is not a whole number >= 1",
                                    line)
     return np.unique(ids.astype(np.int64) - 1)
 

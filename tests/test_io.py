@@ -404,6 +404,8 @@ def _damage(path, how):
                                         "data": np.load(p)["data"].astype(np.float64)},
                   "decreasing": lambda p: {**dict(np.load(p)),
                                            "indptr": np.load(p)["indptr"][::-1].copy()},
+                  "offset": lambda p: {**dict(np.load(p)),  # starts at 1, ends right
+                                       "indptr": np.concatenate([[1], np.load(p)["indptr"][1:]])},
                   }[how](path)
         with open(path, "wb") as handle:
             np.savez(handle, **arrays)
@@ -414,7 +416,7 @@ def _damage(path, how):
     [("empty", "EOFError"), ("truncated", "unreadable"), ("garbage", "unreadable"),
      ("pickle", "unreadable"), ("three-layers", "3 layers; expected 6"),
      ("out-of-range", "column indices outside 0..1023"), ("float64", "data is float64"),
-     ("decreasing", "row pointers")],
+     ("decreasing", "row pointers"), ("offset", "row pointers do not run from 0")],
 )
 def test_bad_cache_is_rebuilt_with_a_warning(six_layers, monkeypatch, how, reason):
     data, cache, net = six_layers
@@ -452,9 +454,36 @@ def test_cache_that_cannot_be_written_only_warns(six_layers, monkeypatch):
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(io.np, "savez", refuse)
-    with pytest.warns(io.CacheWarning, match="cannot write the cache file"):
+    with pytest.warns(io.CacheWarning) as record:
         assert _same(io.read_network(data, 1024, 6, cache=cache), net)
     assert not list(cache.glob("*"))
+    message = str(record[0].message)
+    assert "cannot write the cache file (Permission denied); the network is not cached" in message
+    assert record[0].filename == __file__  # attributed to the caller of read_network
+
+
+def test_bad_cache_warning_points_at_the_caller(six_layers):
+    data, cache, _ = six_layers
+    io.read_network(data, 1024, 6, cache=cache)
+    _damage(_only_cache_file(cache), "garbage")
+    with pytest.warns(io.CacheWarning) as record:
+        io.read_network(data, 1024, 6, cache=cache)
+    assert record[0].filename == __file__
+
+
+def test_a_file_edited_while_parsed_is_not_cached(six_layers, monkeypatch):
+    data, cache, net = six_layers
+    real = io.read_weights
+
+    def read_then_edit(*args, **kwargs):
+        layers = real(*args, **kwargs)
+        with open(io.layer_path(data, 1024, 3), "a") as handle:  # edited meanwhile
+            handle.write("1\t1\t0.5\n")
+        return layers
+
+    monkeypatch.setattr(io, "read_weights", read_then_edit)
+    assert _same(io.read_network(data, 1024, 6, cache=cache), net)
+    assert not list(cache.glob("*.npz"))  # its key would no longer match its contents
 
 
 def test_unreadable_layer_file_with_a_cache(six_layers):
@@ -471,3 +500,33 @@ def test_undeclared_size_is_bounded(tmp_path):
     with pytest.raises(ChallengeFormatError, match="beyond the largest supported index") as info:
         io.read_triples(path)
     assert info.value.line == 2
+
+
+def test_format_messages_name_the_field_and_value(tmp_path):
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("1\t2\t0.5\n1\tx\t0.5\n")
+    with pytest.raises(ChallengeFormatError) as info:
+        io.read_triples(bad, (4, 4))
+    assert str(info.value) == f"{bad}, line 2: field 2 is 'x', not a number"
+    bad.write_text("1\t2\tinf\n")
+    with pytest.raises(ChallengeFormatError, match=r"line 1: value '?inf'? is not finite"):
+        io.read_triples(bad, (4, 4))
+
+
+def test_not_gzip_message_shows_the_first_twelve_bytes(tmp_path):
+    fake = tmp_path / "n.tsv.gz"
+    fake.write_bytes(b"hello world! and more")
+    with pytest.raises(ChallengeFormatError) as info:
+        io.read_triples(fake, (4, 4))
+    assert "not gzip data (it starts with b'hello world!'); expected gzip data" in str(info.value)
+
+
+def test_categories_one_byte_file_and_bad_id_message(tmp_path):
+    one = tmp_path / "one.tsv"
+    one.write_text("5")  # a single id, no newline: 1 byte, still an answer
+    assert io.read_categories(one).tolist() == [4]
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("1\n2\n2.5\n")
+    with pytest.raises(ChallengeFormatError) as info:
+        io.read_categories(bad)
+    assert str(info.value) == f"{bad}, line 3: row id 2.5 is not a whole number >= 1"

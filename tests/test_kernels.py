@@ -77,7 +77,10 @@ def test_rows_are_compacted():
 
 def test_empty_and_all_dead():
     net = Network([sp.identity(16, format="csr")] * 3, bias=-5.0)
-    assert forward_block(net, sp.csr_matrix((0, 16))).to_csr().shape == (0, 16)
+    none = forward_block(net, sp.csr_matrix((0, 16)))
+    assert none.to_csr().shape == (0, 16) and none.rows.size == 0
+    empty = forward_block(net, sp.csr_matrix((5, 16)))  # rows with nothing in them
+    assert empty.rows.size == 0 and empty.to_csr().shape == (5, 16)
     dead = forward_block(net, sp.csr_matrix(np.ones((4, 16))))
     assert dead.rows.size == 0 and dead.to_csr().nnz == 0
     assert list(dead.trace["rows_out"]) == [0, 0, 0]
@@ -113,9 +116,16 @@ def test_matches_an_independent_dense_recurrence(seed, n, rows, layers, density,
         kwargs["chunk_bytes"] = chunk * 4 * n  # at most `chunk` rows per chunk
     net = Network(weights, bias=bias, ymax=ymax)
     expected = dense_infer(weights, bias, ymax, y)
-    out = forward_block(net, y, **kwargs).to_csr().toarray()
-    np.testing.assert_array_equal(out, expected)
-    np.testing.assert_array_equal(infer_reference(net, y).output.toarray(), expected)
+    block = forward_block(net, y, **kwargs)
+    out = block.to_csr()
+    np.testing.assert_array_equal(out.toarray(), expected)
+    assert (out.data != 0).all()  # no stored zeros: a value cut to 0 is dropped
+    # the surviving rows are the categories: a row whose values all became 0 is dead
+    np.testing.assert_array_equal(block.rows, np.flatnonzero(expected.any(axis=1)))
+    reference = infer_reference(net, y)
+    np.testing.assert_array_equal(reference.output.toarray(), expected)
+    assert (reference.output.data != 0).all()
+    np.testing.assert_array_equal(reference.categories, block.rows)
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -129,3 +139,19 @@ def test_a_sum_that_cancels_gets_no_bias(path):
     # layer 1: row 0 -> Z = [0, 1, 0] -> [0, 1.5, 0]; row 1 -> [1, 1, 0] -> [1.25, 1.5, 0];
     # row 2 -> [0, 1, -1] -> [0, 1.5, 0] (the -1 + 0.75 < 0 clips to 0). Layer 2 adds again.
     np.testing.assert_array_equal(out, [[0, 2.0, 0], [1.5, 2.0, 0], [0, 2.0, 0]])
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_output_rows_wider_than_the_first_buffer(path):
+    """An output row of 4096 nonzeros from one input nonzero: the sparse step's output
+    buffer (1024 entries at first) must grow past the row, not just double."""
+    n = 4096
+    first = sp.csr_matrix((np.ones(n, np.float32), (np.zeros(n, int), np.arange(n))),
+                          shape=(n, n))
+    net = Network([first, sp.identity(n, format="csr", dtype=np.float32)], bias=0.5, ymax=32)
+    y = sp.csr_matrix(([2.0, 1.0], ([0, 2], [0, 0])), shape=(3, n), dtype=np.float32)
+    block = forward_block(net, y, **PATHS[path])
+    assert block.rows.tolist() == [0, 2]
+    np.testing.assert_array_equal(block.to_csr().toarray()[[0, 2]],
+                                  np.stack([np.full(n, 3.0), np.full(n, 2.0)]))
+    assert "trace" not in repr(block)  # the per-layer table stays out of the repr
