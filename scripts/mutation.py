@@ -241,6 +241,32 @@ def _cr(*args: str, cwd: Path) -> None:
                    check=True, stdout=subprocess.DEVNULL)
 
 
+def _follow_source(session: Path, timing: Path, source: str, log: list[str]) -> None:
+    """Keep a session true to an edited source: mutants are found by position, so the
+    results of mutants on changed lines are dropped (tested again); a source whose line
+    count changed starts a new session."""
+    if not session.exists():
+        return
+    info = json.loads(timing.read_text())
+    now = (REPO / "sdnn_dask" / source).read_text()
+    before = info.setdefault("source", now)
+    if before != now:
+        a, b = before.splitlines(), now.splitlines()
+        if len(a) != len(b):
+            log.append(f"{source}: lines added or removed since the session began; "
+                       "starting a new one")
+            session.unlink()
+            timing.unlink()
+            return
+        changed = [i + 1 for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+        with sqlite3.connect(session) as db:
+            for line in changed:
+                db.execute("DELETE FROM work_results WHERE job_id IN (SELECT job_id FROM "
+                           "mutation_specs WHERE start_pos_row = ?)", (line,))
+        info["source"] = now
+    timing.write_text(json.dumps(info))
+
+
 def _sample(session: Path, size: int) -> None:
     """Keep at most ``size`` mutants of a session to test (a fixed random sample, seed 0);
     the others are marked skipped, "not in the sample". Mutants already tested stay."""
@@ -266,13 +292,15 @@ def run_source(job: int, source: str, tests: list[str], log: list[str],
     tree = _tree(job)
     session = _session(source)
     timing = session.with_suffix(".json")
+    _follow_source(session, timing, source, log)
     if not session.exists():
         start = time.perf_counter()
         code = run_pytest(tree, source, tests)
         if code != 0:
             raise SystemExit(f"the tests for {source} fail on unmutated code (exit {code}): "
                              "fix them before mutation testing")
-        timing.write_text(json.dumps({"baseline_s": time.perf_counter() - start}))
+        timing.write_text(json.dumps({"baseline_s": time.perf_counter() - start,
+                                      "source": (REPO / "sdnn_dask" / source).read_text()}))
         config = _config(tree, source, tests, _timeout(timing))
         _cr("cosmic-ray", "init", str(config), str(session), cwd=tree)
         _cr("cr-filter-operators", str(session), str(config), cwd=tree)

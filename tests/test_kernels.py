@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -115,9 +117,23 @@ def test_matches_an_independent_dense_recurrence(seed, n, rows, layers, density,
     if chunk is not None:
         kwargs["chunk_bytes"] = chunk * 4 * n  # at most `chunk` rows per chunk
     net = Network(weights, bias=bias, ymax=ymax)
-    expected = dense_infer(weights, bias, ymax, y)
+    levels = [y.toarray().astype(np.float64)]
+    for w in weights:
+        levels.append(dense_infer([w], bias, ymax, levels[-1]))
+    expected = levels[-1]
+    start = time.perf_counter()
     block = forward_block(net, y, **kwargs)
+    elapsed = time.perf_counter() - start
     out = block.to_csr()
+    # the trace, layer by layer, from the independent recurrence
+    trace = block.trace
+    live = [int(np.count_nonzero(a.any(axis=1))) for a in levels]
+    assert trace["layer"].tolist() == list(range(1, layers + 1))
+    assert trace["rows_out"].tolist() == live[1:]
+    assert trace["nnz_out"].tolist() == [int(np.count_nonzero(a)) for a in levels[1:]]
+    # rows_in: the rows still alive when the layer starts (a dead row is never stepped)
+    assert trace["rows_in"].tolist() == live[:-1]
+    assert (trace["seconds"] >= 0).all() and trace["seconds"].sum() <= elapsed
     np.testing.assert_array_equal(out.toarray(), expected)
     assert (out.data != 0).all()  # no stored zeros: a value cut to 0 is dropped
     # the surviving rows are the categories: a row whose values all became 0 is dead
