@@ -261,8 +261,9 @@ def _follow_source(session: Path, timing: Path, source: str, log: list[str]) -> 
         changed = [i + 1 for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
         with sqlite3.connect(session) as db:
             for line in changed:
-                db.execute("DELETE FROM work_results WHERE job_id IN (SELECT job_id FROM "
-                           "mutation_specs WHERE start_pos_row = ?)", (line,))
+                db.execute("DELETE FROM work_results WHERE worker_outcome != 'SKIPPED' AND "
+                           "job_id IN (SELECT job_id FROM mutation_specs WHERE "
+                           "start_pos_row = ?)", (line,))
         info["source"] = now
     timing.write_text(json.dumps(info))
 
