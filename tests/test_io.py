@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import time
 import warnings
 import zlib
@@ -138,6 +139,31 @@ def test_missing_layer_files_are_all_named(tmp_path):
         io.read_network(tmp_path, 1024, 5)
     message = str(info.value)
     assert "3 of 5 layer files" in message and "n1024-l3.tsv" in message
+    assert "more" not in message  # three are all named
+    with pytest.raises(FileNotFoundError) as info:
+        io.read_network(tmp_path, 1024, 7)
+    assert "5 of 7 layer files" in str(info.value) and " and 2 more" in str(info.value)
+
+
+def test_index_beyond_int32_names_its_line(tmp_path):
+    path = _write(tmp_path / "big.tsv", "1\t2\t0.5\n3\t4294967296\t0.5\n")
+    with pytest.raises(ChallengeFormatError) as info:
+        io.read_triples(path)
+    assert str(info.value) == (f"{path}, line 2: column 4294967296 is beyond the largest "
+                               "supported index 2147483647")
+
+
+def test_categories_errors_say_what_a_line_holds(tmp_path):
+    path = _write(tmp_path / "c.tsv", "1\n2\t3\n")
+    with pytest.raises(ChallengeFormatError, match="expected one 1-based row id per line"):
+        io.read_categories(path)
+
+
+def test_gzip_output_is_reproducible(tmp_path):
+    m = sp.csr_matrix(np.array([[0, 1.5], [2.0, 0]], dtype=np.float32))
+    a = io.write_triples(tmp_path / "a.tsv.gz", m).read_bytes()
+    b = io.write_triples(tmp_path / "b.tsv.gz", m).read_bytes()
+    assert a == b and a[4:8] == b"\0\0\0\0"  # no name, mtime 0 in the header
 
 
 def test_inputs_wider_than_the_network(tmp_path):
@@ -230,8 +256,11 @@ _LINES = "".join(f"{i}\t{i % 7 + 1}\t0.5\n" for i in range(1, 20001))
         (_LINES.encode(), None, "not gzip data (it starts with b'1\\t2\\t0.5"),
         (_gz_bytes(_LINES) + b"trailing garbage", None, "after the last line (20000)"),
         (_gz_bytes(_LINES) + b"\x1f", None, "trailing bytes"),
+        # two members (as `cat a.gz b.gz` makes) and zero padding, then garbage
+        (_gz_bytes(_LINES[:300]) + _gz_bytes(_LINES[300:]) + b"\0" * 5 + b"junk", None,
+         "after the last line (20000)"),
     ],
-    ids=["truncated", "plain-text", "trailing-garbage", "trailing-byte"],
+    ids=["truncated", "plain-text", "trailing-garbage", "trailing-byte", "two-members"],
 )
 @pytest.mark.parametrize("reader", ["triples", "categories"])
 def test_damaged_gz_is_a_file_error(tmp_path, content, line, fragment, reader):
@@ -404,6 +433,8 @@ def _damage(path, how):
                                         "data": np.load(p)["data"].astype(np.float64)},
                   "decreasing": lambda p: {**dict(np.load(p)),
                                            "indptr": np.load(p)["indptr"][::-1].copy()},
+                  "short-indices": lambda p: {**dict(np.load(p)),
+                                              "indices": np.load(p)["indices"][:-1]},
                   "offset": lambda p: {**dict(np.load(p)),  # starts at 1, ends right
                                        "indptr": np.concatenate([[1], np.load(p)["indptr"][1:]])},
                   }[how](path)
@@ -416,7 +447,8 @@ def _damage(path, how):
     [("empty", "EOFError"), ("truncated", "unreadable"), ("garbage", "unreadable"),
      ("pickle", "unreadable"), ("three-layers", "3 layers; expected 6"),
      ("out-of-range", "column indices outside 0..1023"), ("float64", "data is float64"),
-     ("decreasing", "row pointers"), ("offset", "row pointers do not run from 0")],
+     ("decreasing", "row pointers"), ("offset", "row pointers do not run from 0"),
+     ("short-indices", "indices and")],
 )
 def test_bad_cache_is_rebuilt_with_a_warning(six_layers, monkeypatch, how, reason):
     data, cache, net = six_layers
@@ -465,6 +497,7 @@ def test_cache_that_cannot_be_written_only_warns(six_layers, monkeypatch):
 def test_bad_cache_warning_points_at_the_caller(six_layers):
     data, cache, _ = six_layers
     io.read_network(data, 1024, 6, cache=cache)
+    assert re.fullmatch(r"n1024-l6-[0-9a-f]{32}\.npz", _only_cache_file(cache).name)
     _damage(_only_cache_file(cache), "garbage")
     with pytest.warns(io.CacheWarning) as record:
         io.read_network(data, 1024, 6, cache=cache)
@@ -530,3 +563,21 @@ def test_categories_one_byte_file_and_bad_id_message(tmp_path):
     with pytest.raises(ChallengeFormatError) as info:
         io.read_categories(bad)
     assert str(info.value) == f"{bad}, line 3: row id 2.5 is not a whole number >= 1"
+
+
+def test_cache_folder_that_cannot_be_made_only_warns(six_layers, monkeypatch):
+    data, cache, net = six_layers
+    real_mkdir = io.Path.mkdir
+
+    def refuse(self, *args, **kwargs):
+        if self == cache:
+            raise PermissionError(13, "Permission denied")
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(io.Path, "mkdir", refuse)
+    with pytest.warns(io.CacheWarning) as record:
+        assert _same(io.read_network(data, 1024, 6, cache=cache), net)
+    assert str(record[0].message) == (f"{cache}: cannot create the cache folder (Permission "
+                                      "denied); reading without a cache")
+    assert record[0].filename == __file__  # attributed to the caller of read_network
+    assert not cache.exists()
