@@ -8,6 +8,7 @@ import re
 import time
 import warnings
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -417,6 +418,14 @@ def _out_of_range_cache(path):
     return arrays
 
 
+def _down_by_one_cache(path):
+    """Row pointers that fall by exactly one once, still from 0 to the nonzero count."""
+    with np.load(path) as archive:
+        arrays = {name: archive[name].copy() for name in archive.files}
+    arrays["indptr"][6] = arrays["indptr"][5] - 1
+    return arrays
+
+
 def _damage(path, how):
     if how == "empty":
         path.write_bytes(b"")
@@ -433,6 +442,7 @@ def _damage(path, how):
                                         "data": np.load(p)["data"].astype(np.float64)},
                   "decreasing": lambda p: {**dict(np.load(p)),
                                            "indptr": np.load(p)["indptr"][::-1].copy()},
+                  "down-by-one": _down_by_one_cache,
                   "short-indices": lambda p: {**dict(np.load(p)),
                                               "indices": np.load(p)["indices"][:-1]},
                   "offset": lambda p: {**dict(np.load(p)),  # starts at 1, ends right
@@ -448,7 +458,8 @@ def _damage(path, how):
      ("pickle", "unreadable"), ("three-layers", "3 layers; expected 6"),
      ("out-of-range", "column indices outside 0..1023"), ("float64", "data is float64"),
      ("decreasing", "row pointers"), ("offset", "row pointers do not run from 0"),
-     ("short-indices", "indices and")],
+     ("short-indices", "indices and"),
+     ("down-by-one", "row pointers")],
 )
 def test_bad_cache_is_rebuilt_with_a_warning(six_layers, monkeypatch, how, reason):
     data, cache, net = six_layers
@@ -581,3 +592,34 @@ def test_cache_folder_that_cannot_be_made_only_warns(six_layers, monkeypatch):
                                       "denied); reading without a cache")
     assert record[0].filename == __file__  # attributed to the caller of read_network
     assert not cache.exists()
+
+
+def test_unreadable_layer_while_keying_the_cache(six_layers, monkeypatch):
+    data, cache, _ = six_layers
+    layer = io.layer_path(data, 1024, 4)
+
+    def refuse(path, *args, **kwargs):
+        if Path(path) == layer:
+            raise PermissionError(13, "Permission denied", str(path))
+        return open(path, *args, **kwargs)
+
+    monkeypatch.setattr(io, "open", refuse, raising=False)  # io's own open() calls
+    with pytest.raises(ChallengeFormatError, match=r"n1024-l4\.tsv") as info:
+        io.read_network(data, 1024, 6, cache=cache)
+    assert "Permission denied" in str(info.value)
+
+
+def test_a_network_with_empty_rows_is_cached_faithfully(tmp_path, monkeypatch):
+    layers = [sp.csr_matrix(np.diag([1.0, 0.0, 2.0, 0.0]).astype(np.float32))] * 2
+    io.write_weights(tmp_path, layers)
+    first = io.read_network(tmp_path, 4, 2, cache=tmp_path / "cache", bias=-0.1)
+    _no_text_parsing(monkeypatch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # rows without entries are no damage
+        again = io.read_network(tmp_path, 4, 2, cache=tmp_path / "cache", bias=-0.1)
+    assert _same(again, first)
+
+
+def test_categories_of_blank_lines_are_empty(tmp_path):
+    path = _write(tmp_path / "c.tsv", "\n\n")
+    assert io.read_categories(path).tolist() == []
