@@ -171,3 +171,22 @@ def test_output_rows_wider_than_the_first_buffer(path):
     np.testing.assert_array_equal(block.to_csr().toarray()[[0, 2]],
                                   np.stack([np.full(n, 3.0), np.full(n, 2.0)]))
     assert "trace" not in repr(block)  # the per-layer table stays out of the repr
+
+
+@pytest.mark.parametrize("shape", [(1, 5), (7, 3), (40, 64)])
+def test_tile_helpers_against_numpy(shape):
+    """The scatter into a transposed tile (sparse chunks joining dense ones) and the
+    column compaction, on their own: every row and column, the last ones included."""
+    from sdnn_dask.kernels import _compact_columns, _csr_to_dense_t
+
+    rng = np.random.default_rng(shape[0])
+    y = sp.random(*shape, density=0.4, format="csr", dtype=np.float32, rng=rng)
+    y[shape[0] - 1, shape[1] - 1] = 3.0  # the last row and column hold something
+    out = np.full((shape[1], shape[0]), 9.0, np.float32)  # stale contents are overwritten
+    _csr_to_dense_t(y.indptr, y.indices, y.data, out)
+    np.testing.assert_array_equal(out, y.toarray().T)
+    alive = rng.random(shape[0]) < 0.5
+    alive[-1] = True
+    dst = np.zeros((shape[1], int(alive.sum())), np.float32)
+    _compact_columns(out, alive, dst)
+    np.testing.assert_array_equal(dst, y.toarray().T[:, alive])

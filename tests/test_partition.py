@@ -82,3 +82,23 @@ def test_balance_metrics():
 def test_unknown_partition():
     with pytest.raises(ValueError, match="unknown row partition"):
         make_row_partition("metis", 10, 2)
+
+
+def test_row_partition_limits_and_identity():
+    assert make_row_partition("block", 0, 1).n_rows == 0  # no rows is allowed
+    one = make_row_partition("block", 5, 1)
+    assert [b.tolist() for b in one.blocks()] == [[0, 1, 2, 3, 4]]
+    with pytest.raises(ValueError, match="must be >= 1, got 0"):
+        make_row_partition("block", 5, 0)
+    with pytest.raises(ValueError, match="n_rows must be >= 0, got -1"):
+        make_row_partition("block", -1, 2)
+    # the default is one bucket: P = 128
+    assert make_row_partition("hash", 300, 3).order.tolist() == \
+        make_row_partition("hash", 300, 3, nbuckets=1).order.tolist()
+    assert make_row_partition("hash", 300, 3).order.tolist() != \
+        make_row_partition("hash", 300, 3, nbuckets=2).order.tolist()
+    # partitions hold arrays: compared and hashed by identity, and never edited
+    a, b = make_row_partition("block", 5, 2), make_row_partition("block", 5, 2)
+    assert a == a and a != b and len({a, b}) == 2
+    with pytest.raises(AttributeError):
+        a.name = "hash"
