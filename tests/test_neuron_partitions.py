@@ -356,3 +356,45 @@ def test_official_layer7_hypergraph(official_layer7):
     # seen: 64, imbalance 1.0, about 0.2 s
     assert km1 <= 128
     assert work.max() <= 1.03 * work.mean()
+
+
+def test_partition_limits_and_messages(tmp_path):
+    net = make_network(1024, 2, seed=0)
+    parts = np.zeros((3, 1024), dtype=np.int64)
+    one = NeuronPartition("block", 1, parts)
+    assert one.seconds == 0.0 and one.params == {} and "parts" not in repr(one)
+    with pytest.raises(ValueError, match="k must be a positive integer, got 0"):
+        NeuronPartition("block", 0, parts)
+    bad = parts.copy()
+    bad[1, 5] = -1
+    with pytest.raises(ValueError, match=r"parts must lie in \[0, 2\), got values in \[-1, 0\]"):
+        NeuronPartition("block", 2, bad)
+    part = make_neuron_partition(net, 2, "block")
+    assert part.owned(0, 1).tolist() == list(range(512, 1024))  # level 0: the inputs
+    for level in (-1, 3):
+        with pytest.raises(ValueError, match=rf"level must be in \[0, 3\), got {level}"):
+            part.owned(level, 0)
+    assert len(part.needed(net, 2, 0)) > 0
+    for layer in (0, 3):
+        with pytest.raises(ValueError, match=rf"layer must be in 1..2 \(1-based\), got {layer}"):
+            part.needed(net, layer, 0)
+    with pytest.raises(ValueError, match=r"^partition is for 2 layers of 1024 neurons; the "
+                                         r"network has 3 layers of 1024$"):
+        part.volume(make_network(1024, 3, seed=0))
+    # params are stored with sorted keys, whatever order they came in
+    NeuronPartition("block", 2, part.parts, params={"b": 1, "a": 2}).save(tmp_path / "p.npz")
+    with np.load(tmp_path / "p.npz") as archive:
+        assert archive["params"][0] == '{"a": 2, "b": 1}'
+    # the random method's default seed is 0; the time it took is measured
+    start = time.perf_counter()
+    default = make_neuron_partition(net, 2, "random")
+    elapsed = time.perf_counter() - start
+    assert default.parts.tolist() == make_neuron_partition(net, 2, "random", seed=0).parts.tolist()
+    assert 0 <= default.seconds <= elapsed
+
+
+def test_column_net_km1_edges():
+    assert column_net_km1(sp.csr_matrix((3, 4)), np.array([0, 1, 0, 1])) == 0  # no pins
+    with pytest.raises(ValueError, match=r"^column_parts must have one entry per column \(4\), "
+                                         r"got shape \(3,\)$"):
+        column_net_km1(sp.csr_matrix((2, 4)), np.array([0, 1, 0]))
