@@ -468,6 +468,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"of {', '.join(TARGETS)} (default: all); TARGET:N tests a "
                              "sample of N mutants per file of that target")
     parser.add_argument("--jobs", type=int, default=2, help="sessions run at once (default 2)")
+    parser.add_argument("--first-copy", type=int, default=0, metavar="J",
+                        help="use copies J, J+1, ... (to run beside another run; default 0)")
     parser.add_argument("--report", action="store_true", help="print scores, run nothing")
     parser.add_argument("--survivors", action="store_true", help="with --report: list them")
     parser.add_argument("--rerun-survivors", action="store_true",
@@ -513,7 +515,8 @@ def main(argv: list[str] | None = None) -> int:
             with lock:
                 print(log[-1], flush=True)
 
-    threads = [threading.Thread(target=worker, args=(j,)) for j in range(args.jobs)]
+    threads = [threading.Thread(target=worker, args=(args.first_copy + j,))
+               for j in range(args.jobs)]
     for t in threads:
         t.start()
     for t in threads:
