@@ -398,3 +398,23 @@ def test_column_net_km1_edges():
     with pytest.raises(ValueError, match=r"^column_parts must have one entry per column \(4\), "
                                          r"got shape \(3,\)$"):
         column_net_km1(sp.csr_matrix((2, 4)), np.array([0, 1, 0]))
+
+
+@needs_mtkahypar
+def test_hypergraph_limits_and_the_balance_cap():
+    import inspect
+
+    assert inspect.signature(partition_columns).parameters["epsilon"].default == 0.03
+    # one net over columns 0..2, one over column 3: work 3 + 1
+    w = sp.csr_matrix(([1.0] * 4, ([0, 0, 0, 1], [0, 1, 2, 3])), shape=(4, 4))
+    loose = partition_columns(w, 2, epsilon=0.5)  # cap floor(1.5 * 4 / 2) = 3: no cut
+    assert column_net_km1(w, loose) == 0 and sorted(np.bincount(loose).tolist()) == [1, 3]
+    tight = partition_columns(w, 2, epsilon=0.0)  # cap 2: the first net must be cut
+    assert np.bincount(tight).tolist() == [2, 2] and column_net_km1(w, tight) == 1
+    odd = sp.csr_matrix(([1.0] * 3, ([0, 1, 2], [0, 1, 2])), shape=(3, 3))
+    parts = partition_columns(odd, 2, epsilon=0.0)  # cap ceil(3 / 2) = 2, not floor
+    assert sorted(np.bincount(parts).tolist()) == [1, 2]
+    assert sorted(partition_columns(odd, 3).tolist()) == [0, 1, 2]  # k = columns is fine
+    for k in (0, 1.5):
+        with pytest.raises(ValueError, match="k must be a positive integer"):
+            partition_columns(odd, k)
