@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 
@@ -418,3 +419,41 @@ def test_hypergraph_limits_and_the_balance_cap():
     for k in (0, 1.5):
         with pytest.raises(ValueError, match="k must be a positive integer"):
             partition_columns(odd, k)
+
+
+@needs_mtkahypar
+def test_hypergraph_arguments_cache_names_and_stale_copies(tmp_path):
+    import inspect
+
+    assert inspect.signature(partition_columns).parameters["seed"].default == 0
+    assert inspect.signature(hypergraph_partition).parameters["seed"].default == 0
+    w = sp.csr_matrix(np.array([[1.0, 0, 2.0, 0], [0, 3.0, 0, 0], [0, 0, 0, 1.0],
+                                [1.0, 1.0, 0, 0]], dtype=np.float32))
+    w.data[1] = 0.0  # an explicit zero the caller keeps
+    before = (w.data.copy(), w.indices.copy(), w.indptr.copy())
+    partition_columns(w, 2)
+    assert all(np.array_equal(a, b) for a, b in zip(before, (w.data, w.indices, w.indptr),
+                                                    strict=True))
+    with pytest.raises(ValueError, match=r"epsilon must be >= 0, got -0\.5"):
+        partition_columns(w, 2, epsilon=-0.5)
+    for fixed in ([0, 1, 2, 0], [0, -1, 1, 0]):
+        with pytest.raises(ValueError, match=r"fixed_rows must lie in \[0, 2\)"):
+            partition_columns(w, 2, fixed_rows=np.array(fixed))
+
+    net = make_network(1024, 1)
+    start = time.perf_counter()
+    part = hypergraph_partition(net, 2, cache=tmp_path)
+    assert 0 < part.seconds <= time.perf_counter() - start
+    (path,) = tmp_path.iterdir()
+    assert re.fullmatch(r"neurons-hypergraph-n1024-l1-k2-[0-9a-f]{24}\.npz", path.name)
+    # a copy under the right name that is not a hypergraph partition for this k is remade
+    NeuronPartition("block", 2, make_neuron_partition(net, 2, "block").parts).save(path)
+    assert np.array_equal(hypergraph_partition(net, 2, cache=tmp_path).parts, part.parts)
+    NeuronPartition("hypergraph", 3, np.zeros((2, 1024), np.int32)).save(path)
+    assert np.array_equal(hypergraph_partition(net, 2, cache=tmp_path).parts, part.parts)
+
+
+def test_one_part_needs_no_partitioner(monkeypatch):
+    monkeypatch.setitem(sys.modules, "mtkahypar", None)  # import now raises ImportError
+    part = make_neuron_partition(make_network(1024, 2), 1, "hypergraph")
+    assert part.k == 1 and not part.parts.any()
