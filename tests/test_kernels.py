@@ -89,7 +89,8 @@ def test_empty_and_all_dead():
 
 
 def test_width_mismatch():
-    with pytest.raises(ValueError, match="columns"):
+    with pytest.raises(ValueError, match=r"^inputs have 64 columns, the network has 1024 "
+                                         r"neurons$"):
         forward_block(make_network(1024, 1), sp.csr_matrix((2, 64)))
 
 
