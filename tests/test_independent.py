@@ -9,13 +9,16 @@ part (the structure of ``W``), and how many nonzeros and rows those columns hold
 
 from __future__ import annotations
 
+import time
+
+import dask.config
 import numpy as np
 import pytest
 from dense_reference import dense_infer, integer_inputs, integer_network
 
 from sdnn_dask.network import Network
 from sdnn_dask.parallel import TRANSPORTS, DataParallelExecutor, ModelParallelExecutor, run_serial
-from sdnn_dask.partition import ROW_PARTITIONS, make_neuron_partition
+from sdnn_dask.partition import ROW_PARTITIONS, make_neuron_partition, make_row_partition
 
 N, LAYERS, ROWS = 96, 7, 230
 
@@ -56,16 +59,42 @@ def test_the_problem_is_not_trivial(problem):
 @pytest.mark.parametrize("method", ["reference", "kernel"])
 def test_serial(problem, method):
     net, inputs, ys = problem
-    np.testing.assert_array_equal(run_serial(net, inputs, method).output.toarray(), ys[-1])
+    start = time.perf_counter()
+    result = run_serial(net, inputs, method)
+    elapsed = time.perf_counter() - start
+    np.testing.assert_array_equal(result.output.toarray(), ys[-1])
+    assert (result.strategy, result.partition, result.n_workers, result.n_blocks) == (
+        method, "none", 1, 1)
+    assert result.n_inputs == ROWS and 0 < result.wall_seconds <= elapsed
+    survivors = int(np.count_nonzero(ys[-1].any(axis=1)))
+    block = result.blocks.iloc[0]
+    assert (block["block"], block["rows"], block["survivors"]) == (0, ROWS, survivors)
+    assert block["compute_s"] == result.wall_seconds
+    layers = result.layers
+    assert (layers["block"] == 0).all() and layers["layer"].tolist() == list(range(1, LAYERS + 1))
+    assert layers["rows_out"].tolist() == [int(np.count_nonzero(y.any(axis=1))) for y in ys[1:]]
+    with pytest.raises(ValueError, match="unknown serial method 'fast'"):
+        run_serial(net, inputs, "fast")
 
 
 @pytest.mark.parametrize("partition", ROW_PARTITIONS)
 def test_data_parallel(client, problem, partition):
     net, inputs, ys = problem
     result = DataParallelExecutor(client, net, warm_up=False).run(
-        inputs, partition=partition, n_blocks=3)
+        inputs, partition=partition, n_blocks=3, seed=5)
     np.testing.assert_array_equal(result.output.toarray(), ys[-1])
-    assert result.n_blocks == 3 and result.blocks["rows"].sum() == ROWS
+    assert (result.strategy, result.partition, result.n_blocks, result.n_workers) == (
+        "data", partition, 3, 2)
+    # which rows each block held, from the partition's definition; what survived in each
+    nbuckets = dask.config.get("sdnn.data-parallel.nbuckets")
+    rows = make_row_partition(partition, ROWS, 3, seed=5, nbuckets=nbuckets).blocks()
+    alive = ys[-1].any(axis=1)
+    blocks = result.blocks.sort_values("block")
+    assert blocks["rows"].tolist() == [len(r) for r in rows]
+    assert blocks["survivors"].tolist() == [int(alive[r].sum()) for r in rows]
+    assert set(blocks["worker"]) <= set(client.scheduler_info()["workers"])
+    assert result.params == ({"seed": 5} if partition == "random" else
+                             {"nbuckets": nbuckets} if partition == "hash" else {})
 
 
 def _expected_communication(net, partition, ys, workers: int) -> dict[int, dict[str, int]]:
@@ -123,6 +152,16 @@ def test_model_and_hybrid(client, problem, method, k, row_groups, transport):
     result = ModelParallelExecutor(client, net, warm_up=False).run(
         inputs, partition=partition, row_groups=row_groups, transport=transport)
     np.testing.assert_array_equal(result.output.toarray(), ys[-1])
+    assert (result.strategy, result.parts, result.transport) == (
+        "model" if row_groups == 1 else "hybrid", k, transport)
+    assert result.n_blocks == k * row_groups and (result.row_groups or 1) == row_groups
+    # each part's survivors: the rows of its group alive in the columns it owns
+    group_rows = np.array_split(np.arange(ROWS), row_groups)
+    blocks = result.blocks.sort_values("block")
+    expected_survivors = [
+        int(ys[-1][np.ix_(rows, partition.owned(LAYERS, p))].any(axis=1).sum())
+        for rows in group_rows for p in range(k)]
+    assert blocks["survivors"].tolist() == expected_survivors
     if row_groups != 1:
         return  # the row groups split the rows: the per-layer totals below are for one group
     comm = result.communication.set_index("layer")
@@ -131,3 +170,4 @@ def test_model_and_hybrid(client, problem, method, k, row_groups, transport):
         got = {name: int(comm.loc[layer, name]) for name in values}
         assert got == values, f"layer {layer}"
     assert result.bytes_moved == sum(v["bytes_moved"] for v in expected.values())
+    assert result.predicted_volume == sum(v["columns_in"] for v in expected.values())
