@@ -102,3 +102,13 @@ def test_row_partition_limits_and_identity():
     assert a == a and a != b and len({a, b}) == 2
     with pytest.raises(AttributeError):
         a.name = "hash"
+
+
+def test_hash_arguments():
+    assert bucket_hash(np.arange(0), size=0).tolist() == []  # an empty range is fine
+    assert bucket_hash(np.arange(300), size=300, nbuckets=1).tolist() == \
+        bucket_hash(np.arange(300), size=300).tolist()
+    with pytest.raises(ValueError, match="size must be >= 0, got -1"):
+        bucket_hash(0, size=-1)
+    with pytest.raises(ValueError, match="nbuckets must be >= 1, got 0"):
+        bucket_unhash(0, size=10, nbuckets=0)
