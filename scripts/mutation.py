@@ -448,6 +448,18 @@ def summary(session: Path) -> str:
             f"{_pending(session)} pending: {100 * score:.1f}% killed{sampled}")
 
 
+def _diffs(session: Path) -> dict[str, str]:
+    """Each mutant's changed line, as ``new`` (from cosmic-ray's diff)."""
+    with sqlite3.connect(session) as db:
+        rows = db.execute("SELECT job_id, diff FROM work_results").fetchall()
+    out = {}
+    for job_id, diff in rows:
+        added = [line[1:].strip() for line in (diff or "").splitlines()
+                 if line.startswith("+") and not line.startswith("+++")]
+        out[job_id] = added[0][:110] if added else "?"
+    return out
+
+
 def rerun_survivors(source: str) -> int:
     session = _session(source)
     with sqlite3.connect(session) as db:
@@ -469,11 +481,11 @@ def report(targets: list[str], survivors: bool) -> None:
             survived += sum(r[1] == "SURVIVED" for r in rows if r[0] != "SKIPPED")
             print(f"{target}/{source}: {summary(session)}")
             if survivors:
-                lines = (REPO / "sdnn_dask" / source).read_text().splitlines()
+                diffs = _diffs(session)
                 for r in sorted(rows, key=lambda r: (r[3], r[4])):
                     if r[1] == "SURVIVED":
                         print(f"    {source}:{r[3]}:{r[4]} {r[2].removeprefix('core/')}: "
-                              f"{lines[r[3] - 1].strip()[:90]}")
+                              f"{diffs.get(r[5], '?')}")
         if killed + survived:
             print(f"== {target}: {killed}/{killed + survived} = "
                   f"{100 * killed / (killed + survived):.1f}% of tested mutants killed")
