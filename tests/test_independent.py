@@ -18,7 +18,12 @@ from dense_reference import dense_infer, integer_inputs, integer_network
 
 from sdnn_dask.network import Network
 from sdnn_dask.parallel import TRANSPORTS, DataParallelExecutor, ModelParallelExecutor, run_serial
-from sdnn_dask.partition import ROW_PARTITIONS, make_neuron_partition, make_row_partition
+from sdnn_dask.partition import (
+    ROW_PARTITIONS,
+    NeuronPartition,
+    make_neuron_partition,
+    make_row_partition,
+)
 
 N, LAYERS, ROWS = 96, 7, 230
 
@@ -145,10 +150,14 @@ def _expected_communication(net, partition, ys, workers: int) -> dict[int, dict[
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize(("method", "k", "row_groups"),
-                         [("block", 2, 1), ("random", 3, 1), ("hash", 2, 2)])
+                         [("block", 2, 1), ("per-level", 3, 1), ("hash", 2, 2)])
 def test_model_and_hybrid(client, problem, method, k, row_groups, transport):
     net, inputs, ys = problem
-    partition = make_neuron_partition(net, k, method, seed=4)
+    if method == "per-level":  # every level split its own way, as hypergraph ones are
+        rng = np.random.default_rng(4)
+        partition = NeuronPartition("random", k, rng.integers(0, k, size=(LAYERS + 1, N)))
+    else:
+        partition = make_neuron_partition(net, k, method, seed=4)
     result = ModelParallelExecutor(client, net, warm_up=False).run(
         inputs, partition=partition, row_groups=row_groups, transport=transport)
     np.testing.assert_array_equal(result.output.toarray(), ys[-1])

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from sdnn_dask import slabs as S
 from sdnn_dask.kernels import forward_block
 from sdnn_dask.network import Network
-from sdnn_dask.partition import make_neuron_partition
+from sdnn_dask.partition import NeuronPartition, make_neuron_partition
 from sdnn_dask.radixnet import make_inputs, make_network
 from sdnn_dask.slabs import (
     BlockCSC,
@@ -320,7 +320,7 @@ def test_warm_up_parts():
     density=st.floats(0.005, 0.3),
     input_density=st.floats(0.01, 0.7),
     bias_kind=st.sampled_from(BIAS_KINDS),
-    method=st.sampled_from(["block", "hash", "random"]),
+    method=st.sampled_from(["block", "hash", "random", "per-level"]),
     k=st.integers(1, 4),
     threshold=st.sampled_from([0.0, 2.0, None]),
     chunk=st.sampled_from([None, 1, 16, 300]),
@@ -335,7 +335,10 @@ def test_parts_match_an_independent_dense_recurrence(seed, n, rows, layers, dens
     weights, bias, ymax = integer_network(rng, n, layers, density, bias_kind)
     y = integer_inputs(rng, rows, n, input_density)
     net = Network(weights, bias=bias, ymax=ymax)
-    part = make_neuron_partition(net, k, method, seed=seed % 1000)
+    if method == "per-level":  # every level split its own way, as hypergraph ones are
+        part = NeuronPartition("random", k, rng.integers(0, k, size=(layers + 1, n)))
+    else:
+        part = make_neuron_partition(net, k, method, seed=seed % 1000)
     kwargs = {} if chunk is None else {"chunk_bytes": chunk * 4 * n}
     out, finals = forward_parts(net, part, y, dense_threshold=threshold, **kwargs)
     expected = dense_infer(weights, bias, ymax, y)
