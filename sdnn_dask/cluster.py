@@ -489,6 +489,29 @@ def _slurm_memory_limit() -> int | str:
     return "auto"
 
 
+def _patient(runner_class: type) -> type:
+    """``runner_class`` reading the scheduler file only once it is whole.
+
+    The scheduler task writes the file in place; dask-jobqueue's runner reads it as soon as
+    it exists, so on a loaded node a client or worker task could read it half written and
+    die on the JSON (seen as a batch job killed with exit 143).
+    """
+
+    class PatientRunner(runner_class):
+        async def get_scheduler_address(self) -> str:
+            import asyncio
+            import json
+
+            while True:
+                try:
+                    return json.loads(Path(self.scheduler_file).read_text())["address"]
+                except (OSError, TypeError, ValueError, KeyError):  # absent, or half written
+                    await asyncio.sleep(0.2)
+
+    PatientRunner.__name__ = PatientRunner.__qualname__ = runner_class.__name__
+    return PatientRunner
+
+
 def start_slurm_runner(**overrides: Any) -> SLURMRunner:
     """Make the tasks of this ``srun`` a Dask cluster (:class:`dask_jobqueue.SLURMRunner`).
 
@@ -562,9 +585,9 @@ def start_slurm_runner(**overrides: Any) -> SLURMRunner:
         worker_options.update(security=secured, protocol="tls")
     previous = signal.signal(signal.SIGINT, _exit_quietly)  # the runner ends tasks by SIGINT
     try:
-        runner = SLURMRunner(scheduler_file=str(run_dir / "scheduler.json"),
-                             scheduler_options=scheduler_options,
-                             worker_options=worker_options)
+        runner = _patient(SLURMRunner)(scheduler_file=str(run_dir / "scheduler.json"),
+                                       scheduler_options=scheduler_options,
+                                       worker_options=worker_options)
     finally:
         signal.signal(signal.SIGINT, previous)
         if rank == 0:
