@@ -100,6 +100,10 @@ def test_data_parallel(client, problem, partition):
     assert set(blocks["worker"]) <= set(client.scheduler_info()["workers"])
     assert result.params == ({"seed": 5} if partition == "random" else
                              {"nbuckets": nbuckets} if partition == "hash" else {})
+    if partition == "random":  # the default seed is 0
+        again = DataParallelExecutor(client, net, warm_up=False).run(inputs, partition=partition,
+                                                                     n_blocks=3)
+        assert again.params == {"seed": 0}
 
 
 def _expected_communication(net, partition, ys, workers: int) -> dict[int, dict[str, int]]:

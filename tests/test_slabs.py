@@ -5,6 +5,7 @@ against the serial kernel, bit for bit."""
 from __future__ import annotations
 
 import pickle
+import time
 
 import numpy as np
 import pytest
@@ -70,6 +71,9 @@ def test_block_csc_from_csr(shape, block):
     blocks = BlockCSC.from_csr(sp.csr_matrix(a), block)
     check_blocks(blocks)
     assert blocks.shape == shape and blocks.nnz == np.count_nonzero(a)
+    n_blocks = max(1, -(-shape[0] // block))  # ceil, and one block when there are no rows
+    assert blocks.block_rows.tolist() == [min(b * block, shape[0]) for b in range(n_blocks)] + [
+        shape[0]] and blocks.starts.shape == (n_blocks, shape[1] + 1)
     assert blocks.nbytes == sum(x.nbytes for x in (blocks.indices, blocks.data, blocks.starts,
                                                    blocks.block_rows))
     np.testing.assert_array_equal(dense_of(Slab(np.arange(shape[0]), blocks=blocks)), a)
@@ -126,6 +130,9 @@ def test_take_columns(form, density):
                 assert piece.columns is None
             if piece.blocks is not None:
                 check_blocks(piece.blocks)
+                if form == "tile":  # cut from a tile: a block per BLOCK_ROWS of its rows
+                    expected = max(1, -(-len(rows) // S.BLOCK_ROWS))
+                    assert len(piece.blocks.block_rows) == expected + 1
             if form == "tile" and len(piece.rows) and len(positions) < 24:
                 # the smaller form: a tile once at least half the entries are nonzero
                 half = 2 * piece.nnz >= len(positions) * len(piece.rows)
@@ -305,6 +312,18 @@ def test_step_with_nothing_alive():
             "dense" if threshold == 0.0 else "sparse", "none"]
     out, finals = forward_parts(net, part, x[:0])
     assert out.shape == (0, n) and all(t[1] == "none" for t in finals[0].trace)
+    # a layer with nothing alive: no rows in or out, nothing made, a time that was measured
+    start = time.perf_counter()
+    out, finals = forward_parts(net, part, x[:0])
+    elapsed = time.perf_counter() - start
+    for final in finals:
+        for row in final.trace:
+            assert dict(zip(S.PART_TRACE_COLUMNS[:5], row[:5], strict=True)) == {
+                "layer": row[0], "mode": "none", "rows_in": 0, "rows_out": 0, "nnz_out": 0}
+            assert 0 <= row[5] <= elapsed
+    _, finals = forward_parts(net, part, x, dense_threshold=2.0)  # a sparse step, traced
+    first = finals[0].trace[0]
+    assert first[:5] == (1, "sparse", 5, 0, 0) and 0 <= first[5] <= time.perf_counter() - start
 
 
 def test_warm_up_parts():
