@@ -154,9 +154,13 @@ if os.environ.get("SDNN_MUTATION_STABLE_STAMP"):
 """
 
 
+# decorators whose function numba compiles (or whose code generator it runs) into callers
+_COMPILED = ("jit", "intrinsic", "overload", "vectorize", "cfunc", "stencil")
+
+
 def _jitted(node: ast.AST) -> bool:
     return isinstance(node, ast.FunctionDef) and any(
-        "jit" in ast.unparse(d) for d in node.decorator_list)
+        name in ast.unparse(d) for d in node.decorator_list for name in _COMPILED)
 
 
 def _package_kernels(root: Path) -> dict[tuple[str, str], tuple[set[str], set[str]]]:
