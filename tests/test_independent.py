@@ -168,6 +168,9 @@ def test_model_and_hybrid(client, problem, method, k, row_groups, transport):
     assert (result.strategy, result.parts, result.transport) == (
         "model" if row_groups == 1 else "hybrid", k, transport)
     assert result.n_blocks == k * row_groups and (result.row_groups or 1) == row_groups
+    assert (result.params["k"], result.params["row_groups"], result.params["transport"]) == (
+        k, row_groups, transport)
+    assert result.params.get("row_partition") == ("block" if row_groups > 1 else None)
     # each part's survivors: the rows of its group alive in the columns it owns
     group_rows = np.array_split(np.arange(ROWS), row_groups)
     blocks = result.blocks.sort_values("block")
@@ -184,3 +187,11 @@ def test_model_and_hybrid(client, problem, method, k, row_groups, transport):
         assert got == values, f"layer {layer}"
     assert result.bytes_moved == sum(v["bytes_moved"] for v in expected.values())
     assert result.predicted_volume == sum(v["columns_in"] for v in expected.values())
+
+
+def test_model_parallel_defaults(client, problem):
+    """A partition named, not given: made with seed 0, k = the workers."""
+    net, inputs, ys = problem
+    result = ModelParallelExecutor(client, net, warm_up=False).run(inputs, partition="random")
+    np.testing.assert_array_equal(result.output.toarray(), ys[-1])
+    assert result.params["seed"] == 0 and result.parts == 2 and result.transport == "direct"
