@@ -171,6 +171,11 @@ def test_model_and_hybrid(client, problem, method, k, row_groups, transport):
     assert (result.params["k"], result.params["row_groups"], result.params["transport"]) == (
         k, row_groups, transport)
     assert result.params.get("row_partition") == ("block" if row_groups > 1 else None)
+    if transport == "direct":  # each part's waiting and sending: within the run's wall time
+        layers = result.layers
+        for column in ("wait_s", "send_s", "serialise_s", "deserialise_s"):
+            per_part = layers.groupby("block")[column].sum()
+            assert (layers[column] >= 0).all() and per_part.max() <= result.wall_seconds
     # each part's survivors: the rows of its group alive in the columns it owns
     group_rows = np.array_split(np.arange(ROWS), row_groups)
     blocks = result.blocks.sort_values("block")
