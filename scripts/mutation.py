@@ -124,7 +124,8 @@ def _tree(job: int) -> Path:
         shutil.rmtree(tree / target, ignore_errors=True)
         shutil.copytree(REPO / part, tree / target,
                         ignore=shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc"))
-    shutil.rmtree(WORK / f"numba-warm-{tree.name}", ignore_errors=True)  # from older sources
+    for warm in WORK.glob(f"numba-warm-{tree.name}*"):  # compiled from older sources
+        shutil.rmtree(warm, ignore_errors=True)
 
     shutil.copy2(REPO / "pyproject.toml", tree / "pyproject.toml")
     (tree / "sitecustomize.py").write_text(SITECUSTOMIZE)
@@ -230,7 +231,7 @@ def _mutant_cache(tree: Path, source: str) -> tuple[str, bool]:
     folder without the mutant's stale kernels, which recompile; when staleness cannot be
     told, the folder starts empty.
     """
-    warm = WORK / f"numba-warm-{tree.name}"
+    warm = WORK / f"numba-warm-{tree.name}-boundscheck"  # numba's cache key omits the flag
     stale = _stale_kernels(tree, source)
     if stale is not None and not stale and not warm.exists():
         warm.mkdir(parents=True)
@@ -273,8 +274,11 @@ def _config(tree: Path, source: str, tests: list[str], timeout: float) -> Path:
 def run_pytest(tree: Path, source: str, tests: list[str]) -> int:
     """One mutant's test run, in `tree`: a fresh numba cache, the module's doctests and tests."""
     cache, private = _mutant_cache(tree, source)
+    # bounds checked: a mutant writing past an array's end fails instead of corrupting
+    # memory silently (the unmutated kernels pass the tests with the checks on)
     env = dict(os.environ, NUMBA_CACHE_DIR=cache, PYTHONDONTWRITEBYTECODE="1",
-               PYTHONPATH=str(tree), SDNN_MUTATION_STABLE_STAMP=str(tree / "sdnn_dask"))
+               PYTHONPATH=str(tree), SDNN_MUTATION_STABLE_STAMP=str(tree / "sdnn_dask"),
+               NUMBA_BOUNDSCHECK="1")
     shared = REPO.parent / "shared" / "data" / "graphchallenge"  # the copies sit elsewhere
     if "SDNN_GRAPHCHALLENGE_DATA" not in env and shared.is_dir():
         env["SDNN_GRAPHCHALLENGE_DATA"] = str(shared)
