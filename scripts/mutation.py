@@ -475,6 +475,61 @@ def rerun_survivors(source: str) -> int:
     return n
 
 
+def _reasons() -> dict[tuple[str, int], tuple[str, str]]:
+    """(source, line) -> (kind, why) for surviving mutants, from docs/mutants.tsv: kind
+    ``equivalent`` (no input can tell the mutant apart) or ``accepted`` (a real change the
+    selected tests do not see, and why it is left)."""
+    path = REPO / "docs" / "mutants.tsv"
+    out = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            if line.strip() and not line.startswith("#"):
+                source, row, kind, why = line.split("\t", 3)
+                out[source, int(row)] = (kind, why)
+    return out
+
+
+def markdown(targets: list[str]) -> None:
+    """Scores and every survivor with its reason, as markdown for docs/testing.md."""
+    reasons = _reasons()
+    table = ["| module | tested | killed | equivalent | accepted | unexplained | killed, "
+             "raw | killed, of non-equivalent |", "|---|---|---|---|---|---|---|---|"]
+    details = []
+    for target in targets:
+        counts = dict.fromkeys(["tested", "killed", "equivalent", "accepted", "unexplained"], 0)
+        sampled = False
+        for source in TARGETS[target][0]:
+            session = _session(source)
+            if not session.exists():
+                continue
+            diffs = _diffs(session)
+            rows = _outcomes(session)
+            sampled |= any(r[6] == "not in the sample" for r in rows)
+            for r in sorted(rows, key=lambda r: (r[3], r[4])):
+                if r[1] not in ("KILLED", "SURVIVED"):
+                    continue
+                counts["tested"] += 1
+                if r[1] == "KILLED":
+                    counts["killed"] += 1
+                    continue
+                kind, why = reasons.get((source, r[3]), ("unexplained", ""))
+                counts[kind] += 1
+                mutant = diffs.get(r[5], "?").replace("|", "\\|")
+                details.append(f"| `{source}:{r[3]}` | `{mutant}` | {kind} | "
+                               f"{why} |")
+        if not counts["tested"]:
+            continue
+        alive = counts["accepted"] + counts["unexplained"]
+        table.append(
+            f"| {target}{' (sample)' if sampled else ''} | {counts['tested']} | "
+            f"{counts['killed']} | {counts['equivalent']} | {counts['accepted']} | "
+            f"{counts['unexplained']} | {100 * counts['killed'] / counts['tested']:.0f}% | "
+            f"{100 * counts['killed'] / (counts['killed'] + alive):.0f}% |")
+    print("\n".join(table))
+    print("\n| where | mutant | kind | why |\n|---|---|---|---|")
+    print("\n".join(details))
+
+
 def report(targets: list[str], survivors: bool) -> None:
     for target in targets:
         files, _ = TARGETS[target]
@@ -509,6 +564,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="use copies J, J+1, ... (to run beside another run; default 0)")
     parser.add_argument("--report", action="store_true", help="print scores, run nothing")
     parser.add_argument("--survivors", action="store_true", help="with --report: list them")
+    parser.add_argument("--markdown", action="store_true",
+                        help="with --report: scores and survivors with their reasons "
+                             "(docs/mutants.tsv), as markdown")
     parser.add_argument("--rerun-survivors", action="store_true",
                         help="test the surviving mutants again (after improving the tests)")
     parser.add_argument("--sample", type=int, metavar="N",
@@ -530,7 +588,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown target {unknown[0]!r}: choose from {', '.join(TARGETS)}")
     targets = args.targets or list(TARGETS)
     if args.report:
-        report(targets, args.survivors)
+        if args.markdown:
+            markdown(targets)
+        else:
+            report(targets, args.survivors)
         return 0
     (WORK / "sessions").mkdir(parents=True, exist_ok=True)
     queue = [(s, TARGETS[t][1], samples.get(t, args.sample))

@@ -81,6 +81,7 @@ def test_empty_and_all_dead():
     net = Network([sp.identity(16, format="csr")] * 3, bias=-5.0)
     none = forward_block(net, sp.csr_matrix((0, 16)))
     assert none.to_csr().shape == (0, 16) and none.rows.size == 0
+    assert none.values.shape == (0, 16)
     empty = forward_block(net, sp.csr_matrix((5, 16)))  # rows with nothing in them
     assert empty.rows.size == 0 and empty.to_csr().shape == (5, 16)
     dead = forward_block(net, sp.csr_matrix(np.ones((4, 16))))
@@ -135,6 +136,11 @@ def test_matches_an_independent_dense_recurrence(seed, n, rows, layers, density,
     # rows_in: the rows still alive when the layer starts (a dead row is never stepped)
     assert trace["rows_in"].tolist() == live[:-1]
     assert (trace["seconds"] >= 0).all() and trace["seconds"].sum() <= elapsed
+    # the mode of each layer: "none" where no row was left to step, else the path taken
+    stepped = trace["rows_in"] > 0
+    assert (trace.loc[~stepped, "mode"] == "none").all()
+    allowed = {"sparse", "dense", "mixed"} if path == "auto" else {path}
+    assert set(trace.loc[stepped, "mode"]) <= allowed
     np.testing.assert_array_equal(out.toarray(), expected)
     assert (out.data != 0).all()  # no stored zeros: a value cut to 0 is dropped
     # the surviving rows are the categories: a row whose values all became 0 is dead
@@ -191,3 +197,12 @@ def test_tile_helpers_against_numpy(shape):
     dst = np.zeros((shape[1], int(alive.sum())), np.float32)
     _compact_columns(out, alive, dst)
     np.testing.assert_array_equal(dst, y.toarray().T[:, alive])
+
+
+def test_chunks_smaller_than_a_row():
+    """A chunk budget below one row's bytes still steps one row at a time."""
+    net = make_network(1024, 4, seed=0)
+    y = make_inputs(20, 1024, seed=1)
+    expected = forward_block(net, y).to_csr()
+    out = forward_block(net, y, chunk_bytes=1).to_csr()
+    assert (out != expected).nnz == 0
