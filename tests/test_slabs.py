@@ -369,3 +369,24 @@ def test_parts_match_an_independent_dense_recurrence(seed, n, rows, layers, dens
         alive = np.flatnonzero(expected[:, own].any(axis=1))
         assert slab.rows.tolist() == alive.tolist()
         assert slab.nnz == np.count_nonzero(expected[:, own])
+
+
+def test_plan_size_and_width_message():
+    """A plan's bytes are its weight slices (both orientations) and index maps; a block
+    partition of a 2-layer identity network, worked out by hand."""
+    n = 8
+    net = Network([sp.identity(n, format="csr", dtype=np.float32)] * 2, bias=-1.0, ymax=4.0)
+    part = make_neuron_partition(net, 2, "block")
+    plan = S.make_part_plans(net, part)[0]
+    # per layer: W_l[needed, own] is 4 x 4 with 4 entries, as CSR twice (4 float32 values,
+    # 4 int32 indices, 5 int32 pointers each), own/needed/order (4 each) and 4 biases, and
+    # the maps: put[0] (4 positions), take[0] (4; no other part reads this one)
+    per_layer = 2 * (4 * 4 + 4 * 4 + 5 * 4)
+    per_layer += plan.layers[0].own.nbytes + plan.layers[0].needed.nbytes
+    per_layer += plan.layers[0].order.nbytes + 4 * 4
+    per_layer += sum(a.nbytes for a in plan.layers[0].put.values())
+    per_layer += sum(a.nbytes for a in plan.layers[0].take.values())
+    per_layer += sum(a.nbytes for a in plan.layers[0].fetch.values())
+    assert plan.nbytes == 2 * per_layer
+    with pytest.raises(ValueError, match=r"^inputs have 5 columns, the network has 8 neurons$"):
+        forward_parts(net, part, sp.csr_matrix((2, 5)))
