@@ -200,3 +200,12 @@ def test_model_parallel_defaults(client, problem):
     result = ModelParallelExecutor(client, net, warm_up=False).run(inputs, partition="random")
     np.testing.assert_array_equal(result.output.toarray(), ys[-1])
     assert result.params["seed"] == 0 and result.parts == 2 and result.transport == "direct"
+
+
+def test_transfer_logs_are_widened_never_narrowed(client):
+    from sdnn_dask.parallel.transfers import _widen, widen_transfer_logs
+
+    widen_transfer_logs(client)
+    assert set(client.run(_widen, maxlen=0).values()) == {200_000}  # the documented default
+    widen_transfer_logs(client, maxlen=300_000)
+    assert set(client.run(_widen, maxlen=10).values()) == {300_000}  # never narrowed
