@@ -555,6 +555,13 @@ def test_format_messages_name_the_field_and_value(tmp_path):
     bad.write_text("1\t2\tinf\n")
     with pytest.raises(ChallengeFormatError, match=r"line 1: value '?inf'? is not finite"):
         io.read_triples(bad, (4, 4))
+    bad.write_text("1\t2\tinf\n1\tx\t3\n")  # the line-by-line diagnosis names it too
+    with pytest.raises(ChallengeFormatError) as info:
+        io.read_triples(bad, (4, 4))
+    assert str(info.value).startswith(f"{bad}, line 1: value 'inf' is not finite as float32")
+    bad.write_text("1\tinf\t3\n1\tx\t3\n")  # a non-finite index is a field
+    with pytest.raises(ChallengeFormatError, match="line 1: field 2 'inf' is not finite"):
+        io.read_triples(bad, (4, 4))
 
 
 def test_not_gzip_message_shows_the_first_twelve_bytes(tmp_path):
