@@ -14,6 +14,7 @@ import time
 import dask.config
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from dense_reference import dense_infer, integer_inputs, integer_network
 
 from sdnn_dask.network import Network
@@ -209,3 +210,16 @@ def test_transfer_logs_are_widened_never_narrowed(client):
     assert set(client.run(_widen, maxlen=0).values()) == {200_000}  # the documented default
     widen_transfer_logs(client, maxlen=300_000)
     assert set(client.run(_widen, maxlen=10).values()) == {300_000}  # never narrowed
+
+
+def test_dask_sizes_a_network_by_its_arrays():
+    from dask.sizeof import sizeof
+
+    w = sp.csr_matrix(np.eye(4, dtype=np.float32))  # 4 values, 4 indices, 5 pointers
+    net = Network([w, w], bias=-0.5)
+    # two layers of 4 float32 values, 4 int32 indices and 5 int32 pointers; 4 biases
+    assert sizeof(net) == 2 * (16 + 16 + 20) + 16
+    _ = net.output_order  # transposes and orders built: they count too
+    extra = sum(m.data.nbytes + m.indices.nbytes + m.indptr.nbytes for m in net.transposed)
+    assert sizeof(net) == 2 * (16 + 16 + 20) + 16 + extra + sum(
+        o.nbytes for o in net.output_order)
