@@ -468,11 +468,20 @@ def _diffs(session: Path) -> dict[str, str]:
     return out
 
 
-def rerun_survivors(source: str) -> int:
+def rerun_survivors(source: str, unexplained_only: bool = False) -> int:
+    """Make a session's survivors pending again (only those without a reason in
+    docs/mutants.tsv, with ``unexplained_only``)."""
     session = _session(source)
+    reasons = _reasons()
     with sqlite3.connect(session) as db:
-        n = db.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED'").rowcount
-    return n
+        rows = db.execute("SELECT r.job_id, m.start_pos_row FROM work_results r JOIN "
+                          "mutation_specs m ON r.job_id = m.job_id WHERE "
+                          "r.test_outcome = 'SURVIVED'").fetchall()
+        again = [job for job, row in rows
+                 if not unexplained_only or (source, row) not in reasons]
+        for job in again:
+            db.execute("DELETE FROM work_results WHERE job_id = ?", (job,))
+    return len(again)
 
 
 def _reasons() -> dict[tuple[str, int], tuple[str, str]]:
@@ -569,6 +578,8 @@ def main(argv: list[str] | None = None) -> int:
                              "(docs/mutants.tsv), as markdown")
     parser.add_argument("--rerun-survivors", action="store_true",
                         help="test the surviving mutants again (after improving the tests)")
+    parser.add_argument("--rerun-unexplained", action="store_true",
+                        help="test again the survivors docs/mutants.tsv does not explain")
     parser.add_argument("--sample", type=int, metavar="N",
                         help="test at most N mutants per source file, a fixed random sample "
                              "(default: all)")
@@ -596,10 +607,11 @@ def main(argv: list[str] | None = None) -> int:
     (WORK / "sessions").mkdir(parents=True, exist_ok=True)
     queue = [(s, TARGETS[t][1], samples.get(t, args.sample))
              for t in targets for s in TARGETS[t][0]]
-    if args.rerun_survivors:
+    if args.rerun_survivors or args.rerun_unexplained:
         for source, _, _ in queue:
             if _session(source).exists():
-                print(f"{source}: {rerun_survivors(source)} survivors to test again")
+                n = rerun_survivors(source, unexplained_only=not args.rerun_survivors)
+                print(f"{source}: {n} survivors to test again")
     log: list[str] = []
     lock = threading.Lock()
 
