@@ -621,7 +621,9 @@ def main(argv: list[str] | None = None) -> int:
                 if not queue:
                     return
                 source, tests, sample = queue.pop(0)
-            run_source(job, source, tests, log, sample)
+            # a rerun tests again what was tested: no new sample, and none dropped
+            rerun = args.rerun_survivors or args.rerun_unexplained
+            run_source(job, source, tests, log, None if rerun else sample)
             with lock:
                 print(log[-1], flush=True)
 
