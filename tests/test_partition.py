@@ -112,3 +112,8 @@ def test_hash_arguments():
         bucket_hash(0, size=-1)
     with pytest.raises(ValueError, match="nbuckets must be >= 1, got 0"):
         bucket_unhash(0, size=10, nbuckets=0)
+
+
+def test_random_row_partition_default_seed():
+    assert make_row_partition("random", 50, 2).order.tolist() == \
+        make_row_partition("random", 50, 2, seed=0).order.tolist()

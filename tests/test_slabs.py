@@ -390,3 +390,14 @@ def test_plan_size_and_width_message():
     assert plan.nbytes == 2 * per_layer
     with pytest.raises(ValueError, match=r"^inputs have 5 columns, the network has 8 neurons$"):
         forward_parts(net, part, sp.csr_matrix((2, 5)))
+
+
+def test_piece_cut_from_a_tile_of_255_rows_is_one_block():
+    """ceil(255 / 256) = 1 block: the rounding of the block count, at its edge."""
+    values = np.zeros((255, 8), np.float32)
+    values[:, 0] = 1.0  # every row alive
+    values[::50, 5] = 2.0  # a sparse column: the piece of it is cut into blocks
+    slab = Slab(np.arange(255), tile=np.ascontiguousarray(values.T))
+    piece = take_columns(slab, np.array([2, 3, 5]))  # 6 of 18 entries: blocks
+    assert piece.blocks is not None and piece.blocks.block_rows.tolist() == [0, 6]
+    assert piece.rows.tolist() == list(range(0, 255, 50))
