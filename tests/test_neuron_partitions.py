@@ -375,6 +375,9 @@ def test_partition_limits_and_messages(tmp_path):
     for level in (-1, 3):
         with pytest.raises(ValueError, match=rf"level must be in \[0, 3\), got {level}"):
             part.owned(level, 0)
+    for bad_part in (-1, 2):
+        with pytest.raises(ValueError, match=rf"part must be in \[0, 2\), got {bad_part}"):
+            part.owned(0, bad_part)
     assert len(part.needed(net, 2, 0)) > 0
     for layer in (0, 3):
         with pytest.raises(ValueError, match=rf"layer must be in 1..2 \(1-based\), got {layer}"):
