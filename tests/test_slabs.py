@@ -401,3 +401,18 @@ def test_piece_cut_from_a_tile_of_255_rows_is_one_block():
     piece = take_columns(slab, np.array([2, 3, 5]))  # 6 of 18 entries: blocks
     assert piece.blocks is not None and piece.blocks.block_rows.tolist() == [0, 6]
     assert piece.rows.tolist() == list(range(0, 255, 50))
+
+
+def test_a_dense_output_is_stored_as_a_tile_and_a_dead_one_as_one_block():
+    n = 16
+    net = Network([sp.identity(n, format="csr", dtype=np.float32)] * 2, bias=0.5, ymax=4.0)
+    part = make_neuron_partition(net, 2, "block")
+    x = sp.csr_matrix(np.ones((6, n), np.float32))  # every output nonzero
+    _, finals = forward_parts(net, part, x, dense_threshold=0.0)
+    assert all(s.tile is not None and s.blocks is None for s in finals)
+    dead = Network([sp.identity(n, format="csr", dtype=np.float32)] * 2, bias=-5.0, ymax=4.0)
+    _, finals = forward_parts(dead, part, x, dense_threshold=0.0)
+    for s in finals:  # nothing survived: one empty block
+        assert s.nnz == 0 and (s.tile is None or s.tile.size == 0)
+        if s.blocks is not None:
+            assert s.blocks.block_rows.tolist() == [0, 0]
