@@ -187,8 +187,9 @@ def test_tile_helpers_against_numpy(shape):
     from sdnn_dask.kernels import _compact_columns, _csr_to_dense_t
 
     rng = np.random.default_rng(shape[0])
-    y = sp.random(*shape, density=0.4, format="csr", dtype=np.float32, rng=rng)
+    y = sp.random(*shape, density=0.4, format="lil", dtype=np.float32, rng=rng)
     y[shape[0] - 1, shape[1] - 1] = 3.0  # the last row and column hold something
+    y = sp.csr_matrix(y)
     out = np.full((shape[1], shape[0]), 9.0, np.float32)  # stale contents are overwritten
     _csr_to_dense_t(y.indptr, y.indices, y.data, out)
     np.testing.assert_array_equal(out, y.toarray().T)
