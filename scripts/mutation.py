@@ -55,7 +55,8 @@ TARGETS: dict[str, tuple[list[str], list[str]]] = {
                   "parallel/direct.py", "parallel/exchange.py", "parallel/transfers.py",
                   "parallel/placement.py", "parallel/faults.py"],
                  ["tests/test_independent.py", "tests/test_model_parallel.py",
-                  "tests/test_data_parallel.py", "tests/test_direct_transport.py"]),
+                  "tests/test_data_parallel.py", "tests/test_direct_transport.py",
+                  "tests/test_faults.py"]),
 }
 
 # One mutant per site where cosmic-ray offers many: + <-> -, * <-> /, comparisons moved
