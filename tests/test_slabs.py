@@ -413,6 +413,4 @@ def test_a_dense_output_is_stored_as_a_tile_and_a_dead_one_as_one_block():
     dead = Network([sp.identity(n, format="csr", dtype=np.float32)] * 2, bias=-5.0, ymax=4.0)
     _, finals = forward_parts(dead, part, x, dense_threshold=0.0)
     for s in finals:  # nothing survived: one empty block
-        assert s.nnz == 0 and (s.tile is None or s.tile.size == 0)
-        if s.blocks is not None:
-            assert s.blocks.block_rows.tolist() == [0, 0]
+        assert s.nnz == 0 and s.tile is None and s.blocks.block_rows.tolist() == [0, 0]
