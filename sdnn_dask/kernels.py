@@ -209,6 +209,32 @@ class BlockOutput:
 TRACE_COLUMNS = ["layer", "mode", "rows_in", "rows_out", "nnz_out", "seconds"]
 
 
+@dataclass(frozen=True)
+class KernelSettings:
+    """The kernel's tuning knobs, resolved once where a run starts (the client).
+
+    Parameters
+    ----------
+    dense_threshold
+        Live-row density above which a layer runs on a dense tile.
+    chunk_bytes
+        Dense tile size of the chunks a block starts in.
+    """
+
+    dense_threshold: float
+    chunk_bytes: int
+
+    @classmethod
+    def resolve(cls, dense_threshold: float | None = None,
+                chunk_bytes: int | None = None) -> KernelSettings:
+        """The given values, the rest from ``sdnn.kernel.*`` of this process's config."""
+        if dense_threshold is None:
+            dense_threshold = config.get("kernel.dense-threshold")
+        if chunk_bytes is None:
+            chunk_bytes = config.get("kernel.chunk-bytes")
+        return cls(float(dense_threshold), int(chunk_bytes))
+
+
 def forward_block(
     network: Network,
     inputs: sp.csr_matrix | sp.sparray,

@@ -19,6 +19,7 @@ those blocks again (and the weights, if no copy is left) and reruns only them, u
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from concurrent.futures import CancelledError
 from typing import Any
 
@@ -30,26 +31,32 @@ from distributed import Client, Future, get_worker, wait
 
 from .. import config
 from ..allocator import tune_allocator
-from ..kernels import forward_block, warm_up_kernels
+from ..kernels import KernelSettings, forward_block, warm_up_kernels
 from ..network import Network, as_csr32
 from ..partition import make_row_partition
 from ..result import RunResult, network_info
-from .faults import WorkerLostError, connected, place_retrying, prepare_workers
+from .base import Executor
+from .faults import WorkerLostError, connected, place_retrying
 from .placement import keep_on
 
 #: Times a run sends again the blocks a dead worker took with it, and reruns them.
 RETRIES = 3
 
 
-def run_block(network: Network, block: Any, block_id: int) -> dict[str, Any]:
+def run_block(network: Network, block: Any, block_id: int,
+              kernel: KernelSettings | None = None) -> dict[str, Any]:
     """Run one block of rows through the network (executed on a worker).
 
-    ``block`` is a scipy sparse matrix or a pydata/sparse array. Returns the surviving rows
-    (block-local ids), their activations, the compute time measured here and the trace.
+    ``block`` is a scipy sparse matrix or a pydata/sparse array; ``kernel`` the settings
+    resolved on the client (default: this process's ``sdnn.kernel.*``). Returns the
+    surviving rows (block-local ids), their activations, the compute time measured here
+    and the trace.
     """
     csr = as_csr32(block.tocsr() if hasattr(block, "tocsr") else block)
+    kernel = kernel or KernelSettings.resolve()
     start = time.perf_counter()
-    out = forward_block(network, csr)
+    out = forward_block(network, csr, dense_threshold=kernel.dense_threshold,
+                        chunk_bytes=kernel.chunk_bytes)
     compute = time.perf_counter() - start
     try:
         worker = get_worker().address
@@ -66,11 +73,7 @@ def run_block(network: Network, block: Any, block_id: int) -> dict[str, Any]:
     }
 
 
-def _n_workers(client: Client) -> int:
-    return len(client.nthreads())
-
-
-class DataParallelExecutor:
+class DataParallelExecutor(Executor):
     """Run data-parallel inference of one network on a Dask cluster.
 
     Parameters
@@ -78,7 +81,9 @@ class DataParallelExecutor:
     client
         Any ``distributed.Client``.
     network
-        The network; sent to every worker once, here.
+        The network; sent to every worker of the pool once, here.
+    workers
+        Addresses of the workers to use (default: every worker of the cluster).
     warm_up
         Compile the kernels on every worker now, so runs are timed warm.
 
@@ -93,20 +98,19 @@ class DataParallelExecutor:
 
     strategy = "data"
 
-    def __init__(self, client: Client, network: Network, *, warm_up: bool = True):
-        self.client = client
-        self.network = network
-        _ = network.output_order  # ship transposes and orders with the weights: built once
-        self._weights: Future = client.scatter(network, broadcast=True, hash=False)
+    def __init__(self, client: Client, network: Network, *,
+                 workers: Iterable[str] | None = None, warm_up: bool = True):
         # see sdnn_dask.allocator: large arrays without page faults
-        self._setup = [tune_allocator, warm_up_kernels] if warm_up else [tune_allocator]
-        self._ready: set[str] = set()  # workers set up (a restarted worker comes back blank)
-        prepare_workers(client, self._ready, self._setup)
+        super().__init__(client, network, workers=workers,
+                         setup=[tune_allocator, warm_up_kernels] if warm_up
+                         else [tune_allocator])
+        _ = network.output_order  # ship transposes and orders with the weights: built once
+        self._weights: Future = self._scatter_weights()
+        self._kernel = self.kernel_settings()
 
-    @property
-    def n_workers(self) -> int:
-        """Workers connected now."""
-        return _n_workers(self.client)
+    def _scatter_weights(self) -> Future:
+        return self.client.scatter(self.network, workers=self.workers, broadcast=True,
+                                   hash=False)
 
     def run(
         self,
@@ -134,6 +138,7 @@ class DataParallelExecutor:
         nbuckets
             Buckets of the ``"hash"`` partition (default ``sdnn.data-parallel.nbuckets``).
         """
+        self._kernel = self.kernel_settings()  # read here, on the client: tasks get it
         if isinstance(inputs, da.Array):
             if partition not in (None, "block", "chunks"):
                 raise ValueError(
@@ -151,10 +156,11 @@ class DataParallelExecutor:
         row_ids = part.blocks()
         blocks = [y[ids] for ids in row_ids]
 
+
         def place() -> list[Future]:
             self._prepare()
             # Place the blocks (round-robin over the workers) before the clock starts.
-            futures = self.client.scatter(blocks, hash=False)
+            futures = self.client.scatter(blocks, workers=self.workers, hash=False)
             self._wait(futures)
             if any(f.cancelled() for f in [self._weights, *futures]):
                 raise CancelledError("data placed on a worker that died")
@@ -194,10 +200,10 @@ class DataParallelExecutor:
         """Before the clock: set up workers that joined since (e.g. restarted by their
         nanny), scatter the weights again if every copy died with its worker, and copy
         them back to workers whose replica Dask's memory manager dropped."""
-        prepare_workers(self.client, self._ready, self._setup)
+        self.setup()
         if self._weights.cancelled():
-            self._weights = self.client.scatter(self.network, broadcast=True, hash=False)
-        keep_on(self.client, self._weights, self.client.nthreads())
+            self._weights = self._scatter_weights()
+        keep_on(self.client, self._weights, self.workers)
 
     def _map(self, block_futures: list[Future], blocks: list[Any] | None = None
              ) -> tuple[list[dict[str, Any]], float]:
@@ -229,15 +235,16 @@ class DataParallelExecutor:
                                           ) from error
                 retries += 1
                 if self._weights.cancelled():  # every copy died
-                    self._weights = self.client.scatter(self.network, broadcast=True,
-                                                        hash=False)
-                again = self.client.scatter([blocks[b] for b in redo], hash=False)
+                    self._weights = self._scatter_weights()
+                again = self.client.scatter([blocks[b] for b in redo],
+                                            workers=self.workers, hash=False)
                 for b, block in zip(redo, again, strict=True):
                     self.client.cancel(tasks[b])
                     block_futures[b], tasks[b] = block, self._submit(block, b)
 
     def _submit(self, block: Future, block_id: int) -> Future:
-        return self.client.submit(run_block, self._weights, block, block_id, pure=False)
+        return self.client.submit(run_block, self._weights, block, block_id, self._kernel,
+                                  workers=self.workers, pure=False)
 
     def _assemble(
         self,

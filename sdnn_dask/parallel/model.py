@@ -43,6 +43,7 @@ import hashlib
 import re
 import time
 import uuid
+from collections.abc import Iterable
 from concurrent.futures import CancelledError
 from typing import Any
 
@@ -53,7 +54,6 @@ import scipy.sparse as sp
 from dask.sizeof import sizeof
 from distributed import Client, Future, wait
 
-from .. import config
 from ..allocator import tune_allocator
 from ..kernels import warm_up_kernels
 from ..network import Network, as_csr32
@@ -69,6 +69,7 @@ from ..slabs import (
     piece_for,
     warm_up_parts,
 )
+from .base import Executor
 from .direct import (
     MESSAGE_COLUMNS,
     TIMING_COLUMNS,
@@ -77,7 +78,7 @@ from .direct import (
     gather_direct,
     run_part,
 )
-from .faults import WorkerLostError, gather_pinned, place_retrying, prepare_workers
+from .faults import WorkerLostError, gather_pinned, place_retrying
 from .placement import keep_on
 from .transfers import transfers_of, widen_transfer_logs
 
@@ -112,7 +113,7 @@ def _step(plan: PartPlan, layer: int, own_prev: Slab, sources: list[int], *piece
 _KEY = re.compile(r"-g(\d+)-l(\d+)-(\d+)to(\d+)(?:\+\d+)*$")
 
 
-class ModelParallelExecutor:
+class ModelParallelExecutor(Executor):
     """Run model-parallel (or hybrid) inference of one network on a Dask cluster.
 
     Parameters
@@ -122,6 +123,8 @@ class ModelParallelExecutor:
     network
         The network. Each partition's weight slices are sent to the workers the first
         time it is used, and kept for later runs with the same partition.
+    workers
+        Addresses of the workers to use (default: every worker of the cluster).
     warm_up
         Compile the kernels on every worker now, so runs are timed warm.
 
@@ -136,21 +139,14 @@ class ModelParallelExecutor:
     >>> result.communication[["layer", "km1", "bytes_moved"]].head()  # doctest: +SKIP
     """
 
-    def __init__(self, client: Client, network: Network, *, warm_up: bool = True):
-        self.client = client
-        self.network = network
+    def __init__(self, client: Client, network: Network, *,
+                 workers: Iterable[str] | None = None, warm_up: bool = True):
         self._placed: dict[tuple, tuple[NeuronPartition, list[PartPlan], dict[int, Future],
                                         list[str]]] = {}
         # see sdnn_dask.allocator: large arrays without page faults
-        self._setup = ([tune_allocator, warm_up_kernels, warm_up_parts] if warm_up
-                       else [tune_allocator])
-        self._ready: set[str] = set()  # workers set up (a restarted worker comes back blank)
-        prepare_workers(client, self._ready, self._setup)
-
-    @property
-    def n_workers(self) -> int:
-        """Workers connected now."""
-        return len(self.client.nthreads())
+        super().__init__(client, network, workers=workers,
+                         setup=[tune_allocator, warm_up_kernels, warm_up_parts] if warm_up
+                         else [tune_allocator])
 
     def partition(self, method: str | NeuronPartition = "block", k: int | None = None, *,
                   seed: int = 0, nbuckets: int = 1, epsilon: float = 0.03,
@@ -168,10 +164,10 @@ class ModelParallelExecutor:
     def _place(self, partition: NeuronPartition, row_groups: int
                ) -> tuple[list[PartPlan], dict[int, Future], list[str]]:
         """Plans of every part, on the workers that run them (built and sent once)."""
-        prepare_workers(self.client, self._ready, self._setup)
-        workers = sorted(self.client.nthreads())
-        kernel = (float(config.get("kernel.dense-threshold")),
-                  int(config.get("kernel.chunk-bytes")))
+        self.setup()
+        workers = self.workers
+        settings = self.kernel_settings()  # read here, on the client, for every part
+        kernel = (settings.dense_threshold, settings.chunk_bytes)
         digest = hashlib.sha1(partition.parts.tobytes()).hexdigest()
         key = (partition.method, partition.k, digest, row_groups, tuple(workers), kernel)
         if key not in self._placed:
