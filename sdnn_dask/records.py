@@ -6,15 +6,21 @@ columns repeat on each of its rows so any row stands on its own:
 ==================  =========================================================================
 column              meaning
 ==================  =========================================================================
-study               id of the invocation that made the run (one ``compare`` = one study)
+study               the study the run belongs to: its name (``sdnn-dask study``), or the
+                    id of the invocation (one ``compare`` = one study)
 run_id              id of the run
+spec                the run's configuration key (:meth:`sdnn_dask.study.RunSpec.key`, with
+                    the problem's): repeats of one configuration share it
+repeat              which repeat of the configuration (0, 1, ...)
 time                when the run's record was made (UTC, ISO 8601)
 host                machine that drove the run
+source              where the problem came from: ``generated`` or the ``--data`` folder
 strategy            ``reference`` | ``kernel`` (serial) | ``data`` (data parallelism) |
                     ``model`` (model parallelism) | ``hybrid`` (row groups x neuron parts)
 partition           row partition of ``data``: ``none`` | ``block`` | ``hash`` | ``random`` |
                     ``chunks``; neuron partition of ``model``/``hybrid``: ``block`` |
                     ``hash`` | ``random`` | ``hypergraph``
+row_partition       how the hybrid split its rows into groups (empty for other runs)
 network             network name; ``neurons``, ``layers``, ``edges`` (sum of nnz(W_k))
 inputs              input rows
 workers, blocks     Dask workers used, blocks the work was split into (model/hybrid: one
@@ -22,6 +28,11 @@ workers, blocks     Dask workers used, blocks the work was split into (model/hyb
 parts, row_groups   neuron parts ``k`` and row groups ``R`` (data: ``1`` and ``blocks``)
 transport           how model/hybrid parts exchanged pieces: ``direct`` (worker to worker)
                     or ``graph`` (a Dask task per part and layer); empty for other runs
+seed                seed of the random partitions (and of a generated problem's data)
+nbuckets, epsilon   buckets of a hash partition; imbalance bound of a hypergraph one
+                    (empty where they do not apply)
+dense_threshold,    the kernel settings the run's tasks used (``sdnn.kernel.*``, read on
+chunk_bytes         the client)
 block, worker       this row's block and the worker that ran it
 rows, survivors     input rows of the block, and those nonzero after the last layer (for a
                     part: nonzero in the part's columns)
@@ -41,7 +52,6 @@ check               ``PASS``/``FAIL``: every activation within float32 rounding 
                     ``check_against=truth``, the categories equal to the truth
 check_against       ``truth`` | ``reference``
 max_abs_diff        largest difference of any activation from the float64 reference
-params              other parameters as ``key=value;...`` (seed, nbuckets)
 versions            ``sdnn_dask, dask, distributed, numpy, scipy, numba, python`` versions
 ==================  =========================================================================
 
@@ -54,8 +64,14 @@ direct transport, or by Dask for the graph one), ``transfers_in``, ``nnz_in`` an
 and queueing its pieces), ``serialise_s`` (part of ``send_s``), ``deserialise_s`` and
 ``transit_s`` (the slowest remote piece's time from queued on its sender to filed here).
 
-Files are appended atomically: the new table is written beside the old one and renamed
-over it, so an interrupted write leaves the old file intact.
+:data:`RUN_DTYPES` and :data:`LAYER_DTYPES` give every column's type: records written by
+:func:`run_records`, read back from CSV or parquet, have exactly these columns and types.
+
+Two ways to keep them: ``compare`` appends to ``records.csv`` and ``layers.csv`` (the new
+table is written beside the old one and renamed over it, so an interrupted write leaves the
+old file intact); a study (:mod:`sdnn_dask.study`) writes each run as it finishes into a
+parquet dataset, ``runs/<key>.parquet`` and ``layers/<key>.parquet``, one file per run,
+never rewriting an earlier one (:func:`write_run`), and exports the CSV files at the end.
 """
 
 from __future__ import annotations
@@ -71,20 +87,39 @@ import numpy as np
 import pandas as pd
 
 from ._files import atomic_path
+from .kernels import KernelSettings
 from .partition import imbalance
 from .result import RunResult
 
-RUN_COLUMNS = [
-    "study", "run_id", "time", "host", "strategy", "partition", "network", "neurons",
-    "layers", "edges", "inputs", "workers", "blocks", "parts", "row_groups", "transport",
-    "block",
-    "worker", "rows", "survivors", "compute_s", "wall_s", "edges_per_s", "imbalance",
-    "survivor_imbalance", "bytes_moved", "predicted_volume", "partition_s", "check",
-    "check_against", "max_abs_diff", "params", "versions",
-]
-LAYER_COLUMNS = ["study", "run_id", "block", "layer", "mode", "rows_in", "rows_out",
-                 "nnz_out", "seconds", "columns_in", "bytes_in", "transfers_in", "nnz_in",
-                 "rows_received", "wait_s", "send_s", "serialise_s", "deserialise_s", "transit_s"]
+_TEXT, _INT, _FLOAT = "string", "Int64", "float64"
+
+#: Every column of the run records and its pandas dtype (the one definition of the schema).
+RUN_DTYPES: dict[str, str] = {
+    "study": _TEXT, "run_id": _TEXT, "spec": _TEXT, "repeat": _INT, "time": _TEXT,
+    "host": _TEXT, "source": _TEXT, "strategy": _TEXT, "partition": _TEXT,
+    "row_partition": _TEXT, "network": _TEXT, "neurons": _INT, "layers": _INT,
+    "edges": _INT, "inputs": _INT, "workers": _INT, "blocks": _INT, "parts": _INT,
+    "row_groups": _INT, "transport": _TEXT, "seed": _INT, "nbuckets": _INT,
+    "epsilon": _FLOAT, "dense_threshold": _FLOAT, "chunk_bytes": _INT, "block": _INT,
+    "worker": _TEXT, "rows": _INT, "survivors": _INT, "compute_s": _FLOAT,
+    "wall_s": _FLOAT, "edges_per_s": _FLOAT, "imbalance": _FLOAT,
+    "survivor_imbalance": _FLOAT, "bytes_moved": _FLOAT, "predicted_volume": _FLOAT,
+    "partition_s": _FLOAT, "check": _TEXT, "check_against": _TEXT,
+    "max_abs_diff": _FLOAT, "versions": _TEXT,
+}
+#: Every column of the layer records and its pandas dtype.
+LAYER_DTYPES: dict[str, str] = {
+    "study": _TEXT, "run_id": _TEXT, "block": _INT, "layer": _INT, "mode": _TEXT,
+    "rows_in": _INT, "rows_out": _INT, "nnz_out": _INT, "seconds": _FLOAT,
+    "columns_in": _FLOAT, "bytes_in": _FLOAT, "transfers_in": _FLOAT, "nnz_in": _FLOAT,
+    "rows_received": _FLOAT, "wait_s": _FLOAT, "send_s": _FLOAT, "serialise_s": _FLOAT,
+    "deserialise_s": _FLOAT, "transit_s": _FLOAT,
+}
+RUN_COLUMNS = list(RUN_DTYPES)
+LAYER_COLUMNS = list(LAYER_DTYPES)
+#: Run-level columns: the same on every block row of a run.
+RUN_LEVEL = [c for c in RUN_COLUMNS if c not in ("block", "worker", "rows", "survivors",
+                                                 "compute_s")]
 RECORDS_FILE = "records.csv"
 LAYERS_FILE = "layers.csv"
 
@@ -119,17 +154,44 @@ def run_records(
     check: str | None = None,
     check_against: str = "reference",
     max_abs_diff: float | None = None,
+    spec: str = "",
+    repeat: int = 0,
+    source: str = "",
+    kernel: KernelSettings | None = None,
 ) -> pd.DataFrame:
-    """The per-block rows of one run, in :data:`RUN_COLUMNS` order."""
+    """The per-block rows of one run: :data:`RUN_COLUMNS`, typed as :data:`RUN_DTYPES`.
+
+    Parameters
+    ----------
+    result
+        The run.
+    study
+        The study it belongs to.
+    check, check_against, max_abs_diff
+        Its verdict (:func:`sdnn_dask.study.verify`).
+    spec, repeat
+        Its configuration's key and which repeat it is.
+    source
+        Where the problem came from.
+    kernel
+        The kernel settings its tasks used (default: this process's).
+    """
     blocks = result.blocks
     frame = blocks[["block", "worker", "rows", "survivors", "compute_s"]].copy()
+    params = result.params
+    kernel = kernel or KernelSettings.resolve()
+    seed = params.get("seed", params.get("row_seed"))
     run_level = {
         "study": study,
         "run_id": result.run_id,
+        "spec": spec,
+        "repeat": repeat,
         "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "host": socket.gethostname(),
+        "source": source,
         "strategy": result.strategy,
         "partition": result.partition,
+        "row_partition": params.get("row_partition", ""),
         "network": result.network["name"],
         "neurons": result.network["neurons"],
         "layers": result.network["layers"],
@@ -140,6 +202,11 @@ def run_records(
         "parts": result.parts,
         "row_groups": result.row_groups if result.row_groups is not None else 1,
         "transport": result.transport,
+        "seed": seed,
+        "nbuckets": params.get("nbuckets"),
+        "epsilon": params.get("epsilon"),
+        "dense_threshold": kernel.dense_threshold,
+        "chunk_bytes": kernel.chunk_bytes,
         "wall_s": result.wall_seconds,
         "edges_per_s": result.edges_per_second,
         "imbalance": imbalance(blocks["compute_s"]),
@@ -150,12 +217,34 @@ def run_records(
         "check": check,
         "check_against": check_against,
         "max_abs_diff": np.nan if max_abs_diff is None else max_abs_diff,
-        "params": ";".join(f"{k}={v}" for k, v in sorted(result.params.items())),
         "versions": versions(),
     }
     for column, value in run_level.items():
         frame[column] = value
-    return frame[RUN_COLUMNS]
+    return typed(frame, RUN_DTYPES)
+
+
+def typed(frame: pd.DataFrame, dtypes: dict[str, str]) -> pd.DataFrame:
+    """``frame`` with exactly the columns of ``dtypes``, in order, each of its type.
+
+    A column ``frame`` lacks (records from an older version) is added, empty. Text is
+    never missing (``""``: does not apply); a missing number is ``<NA>`` (integers) or
+    NaN (floats).
+    """
+    out = {}
+    for column, dtype in dtypes.items():
+        values = frame[column] if column in frame else pd.Series(pd.NA, index=frame.index)
+        if dtype == _TEXT:
+            values = values.astype(object).where(values.notna(), "")
+            out[column] = pd.array(values.astype(str), dtype="string")
+        elif dtype == _INT:
+            numbers = pd.to_numeric(values.astype(object).where(values.notna(), None)
+                                    .replace("", None), errors="raise")
+            out[column] = pd.array(numbers, dtype="Float64").astype("Int64")
+        else:
+            out[column] = pd.to_numeric(values.astype(object).where(values.notna(), None)
+                                        .replace("", None)).astype("float64")
+    return pd.DataFrame(out, index=frame.index)
 
 
 def layer_records(result: RunResult, *, study: str) -> pd.DataFrame:
@@ -163,10 +252,7 @@ def layer_records(result: RunResult, *, study: str) -> pd.DataFrame:
     frame = result.layers.copy()
     frame["study"] = study
     frame["run_id"] = result.run_id
-    for column in LAYER_COLUMNS:
-        if column not in frame:
-            frame[column] = np.nan
-    return frame[LAYER_COLUMNS]
+    return typed(frame, LAYER_DTYPES)
 
 
 def append_records(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
@@ -185,18 +271,87 @@ def append_records(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
     return path
 
 
+#: The parquet dataset of a study: one file per run in each.
+RUNS_DIR, LAYERS_DIR = "runs", "layers"
+
+
+def _need_parquet() -> None:
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError as error:  # pragma: no cover - pyarrow is a dependency
+        raise ImportError("a study's records need pyarrow: pip install pyarrow") from error
+
+
+def write_run(folder: str | os.PathLike, key: str, runs: pd.DataFrame,
+              layers: pd.DataFrame) -> Path:
+    """Write one run's records into ``folder``'s parquet dataset, atomically.
+
+    ``layers/<key>.parquet`` is written first, then ``runs/<key>.parquet``: each through a
+    temporary file renamed into place, so a run is recorded (its ``runs`` file exists) only
+    once both are whole. Earlier runs' files are never touched.
+
+    Returns
+    -------
+    Path
+        The run's ``runs`` file.
+    """
+    _need_parquet()
+    folder = Path(folder)
+    paths = []
+    for sub, frame, dtypes in ((LAYERS_DIR, layers, LAYER_DTYPES), (RUNS_DIR, runs, RUN_DTYPES)):
+        path = folder / sub / f"{key}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path) as tmp:
+            typed(frame, dtypes).to_parquet(tmp, index=False)
+        paths.append(path)
+    return paths[-1]
+
+
+def recorded_keys(folder: str | os.PathLike) -> set[str]:
+    """Keys of the runs already recorded in ``folder``'s dataset (for resuming)."""
+    runs = Path(folder) / RUNS_DIR
+    return {p.stem for p in runs.glob("*.parquet")} if runs.is_dir() else set()
+
+
 def read_records(folder: str | os.PathLike, which: str = "runs") -> pd.DataFrame:
-    """Read ``records.csv`` (``which="runs"``) or ``layers.csv`` (``"layers"``) of a folder."""
-    name = {"runs": RECORDS_FILE, "layers": LAYERS_FILE}[which]
-    path = Path(folder) / name
+    """Read the run (``which="runs"``) or layer (``"layers"``) records of a results folder.
+
+    A study's parquet dataset (``runs/``, ``layers/``) if the folder has one, else
+    ``records.csv`` / ``layers.csv``; either way typed as :data:`RUN_DTYPES` /
+    :data:`LAYER_DTYPES`, in the order the runs were recorded.
+    """
+    dtypes = {"runs": RUN_DTYPES, "layers": LAYER_DTYPES}[which]
+    folder = Path(folder)
+    dataset = folder / {"runs": RUNS_DIR, "layers": LAYERS_DIR}[which]
+    files = sorted(dataset.glob("*.parquet")) if dataset.is_dir() else []
+    if files:
+        _need_parquet()
+        frames = [pd.read_parquet(f) for f in files]
+        frame = pd.concat(frames, ignore_index=True)
+        if which == "runs":  # files are named by key: put the runs back in time order
+            frame = frame.sort_values("time", kind="stable", ignore_index=True)
+        return typed(frame, dtypes)
+    path = folder / {"runs": RECORDS_FILE, "layers": LAYERS_FILE}[which]
     if not path.exists():
-        raise FileNotFoundError(f"{path}: no records yet (run 'sdnn-dask compare' first)")
-    return pd.read_csv(path)
+        raise FileNotFoundError(f"{path}: no records yet (run 'sdnn-dask compare' or "
+                                "'sdnn-dask study' first)")
+    return typed(pd.read_csv(path, dtype=str, keep_default_na=False), dtypes)
+
+
+def export_csv(folder: str | os.PathLike) -> list[Path]:
+    """Write a study dataset's records as ``records.csv`` and ``layers.csv`` (atomically)."""
+    folder = Path(folder)
+    written = []
+    for which, name in (("runs", RECORDS_FILE), ("layers", LAYERS_FILE)):
+        with atomic_path(folder / name) as tmp:
+            read_records(folder, which).to_csv(tmp, index=False)
+        written.append(folder / name)
+    return written
 
 
 def records_frame(frames: list[pd.DataFrame]) -> pd.DataFrame:
     """Concatenate per-run tables (an empty list gives an empty table)."""
     frames = [f for f in frames if not f.empty]
     if not frames:
-        return pd.DataFrame(columns=RUN_COLUMNS)
+        return typed(pd.DataFrame(columns=RUN_COLUMNS), RUN_DTYPES)
     return pd.concat(frames, ignore_index=True)

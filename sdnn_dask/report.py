@@ -14,27 +14,17 @@ import numpy as np
 import pandas as pd
 
 from ._files import atomic_path
-
-#: Run-level columns, constant over the block rows of a run.
-_RUN_LEVEL = ["study", "run_id", "time", "strategy", "partition", "network", "neurons",
-              "layers", "edges", "inputs", "workers", "blocks", "parts", "row_groups",
-              "transport", "wall_s", "edges_per_s", "imbalance", "survivor_imbalance",
-              "bytes_moved", "predicted_volume", "partition_s", "check", "check_against",
-              "max_abs_diff", "params"]
-
-#: Columns that records written before model parallelism lack, with their value there.
-_ADDED = {"parts": 1, "row_groups": np.nan, "transport": "", "bytes_moved": np.nan,
-          "predicted_volume": np.nan, "partition_s": np.nan}
+from .records import RUN_DTYPES, RUN_LEVEL, typed
 
 #: What identifies a configuration: repeats of one configuration are pooled.
-CONFIG = ["strategy", "partition", "transport", "workers", "blocks", "params"]
+CONFIG = ["network", "inputs", "strategy", "partition", "row_partition", "transport",
+          "workers", "blocks", "parts", "row_groups", "seed", "nbuckets", "epsilon"]
 
 
 def runs(records: pd.DataFrame) -> pd.DataFrame:
     """One row per run (the block rows collapsed), in the order runs were recorded."""
-    records = records.assign(**{c: v for c, v in _ADDED.items() if c not in records})
-    present = [c for c in _RUN_LEVEL if c in records]
-    table = records[present].drop_duplicates("run_id").reset_index(drop=True)
+    records = typed(records, RUN_DTYPES)
+    table = records[RUN_LEVEL].drop_duplicates("run_id").reset_index(drop=True)
     per_block = records.groupby("run_id", sort=False)["compute_s"].agg(["sum", "max"])
     table["compute_s"] = table["run_id"].map(per_block["sum"])
     table["max_block_s"] = table["run_id"].map(per_block["max"])
@@ -55,19 +45,15 @@ def comparison(records: pd.DataFrame, baseline: str = "reference") -> pd.DataFra
     Returns
     -------
     pandas.DataFrame
-        ``strategy, partition, transport, workers, blocks, parts, params, repeats, seconds,
-        edges_per_s, speedup, vs_kernel, imbalance, survivor_imbalance, mb_moved,
-        predicted_volume, check``; ``mb_moved`` is the median of the bytes moved between
-        workers (model and hybrid runs), in MB.
+        :data:`CONFIG`, then ``repeats, seconds, edges_per_s, speedup, vs_kernel,
+        imbalance, survivor_imbalance, mb_moved, predicted_volume, check``; ``mb_moved``
+        is the median of the bytes moved between workers (model and hybrid runs), in MB.
     """
     table = runs(records)
     if table.empty:
         raise ValueError("no runs in the records")
     latest = table["study"].astype(str).max()
     table = table[table["study"].astype(str) == latest]
-    # read back from CSV, an all-empty column is float (NaN): make it text first
-    table = table.assign(params=table["params"].astype(object).fillna("").astype(str),
-                         transport=table["transport"].astype(object).fillna("").astype(str))
     grouped = table.groupby(CONFIG, sort=False, dropna=False)
     out = grouped.agg(
         repeats=("run_id", "count"),
@@ -75,7 +61,6 @@ def comparison(records: pd.DataFrame, baseline: str = "reference") -> pd.DataFra
         edges_per_s=("edges_per_s", "median"),
         imbalance=("imbalance", "median"),
         survivor_imbalance=("survivor_imbalance", "median"),
-        parts=("parts", "first"),
         mb_moved=("bytes_moved", lambda b: b.median() / 1e6),
         predicted_volume=("predicted_volume", "first"),
         check=("check", lambda c: "PASS" if (c == "PASS").all() else "FAIL"),
@@ -87,7 +72,8 @@ def comparison(records: pd.DataFrame, baseline: str = "reference") -> pd.DataFra
 
     out["speedup"] = seconds_of(baseline) / out["seconds"]
     out["vs_kernel"] = seconds_of("kernel") / out["seconds"]
-    columns = ["strategy", "partition", "transport", "workers", "blocks", "parts", "params",
+    columns = ["network", "inputs", "strategy", "partition", "row_partition", "transport",
+               "workers", "blocks", "parts", "row_groups", "seed", "nbuckets", "epsilon",
                "repeats", "seconds", "edges_per_s", "speedup", "vs_kernel", "imbalance",
                "survivor_imbalance", "mb_moved", "predicted_volume", "check"]
     return out[columns]

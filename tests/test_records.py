@@ -77,7 +77,7 @@ def _fake(study, strategy, partition, wall, blocks=1, check="PASS"):
         "layers": 120, "edges": 100, "inputs": 10, "workers": blocks, "blocks": blocks,
         "block": range(blocks), "compute_s": wall, "wall_s": wall,
         "edges_per_s": 1000 / wall, "imbalance": 1.0, "survivor_imbalance": 1.0,
-        "check": check, "check_against": "reference", "max_abs_diff": 0.0, "params": "",
+        "check": check, "check_against": "reference", "max_abs_diff": 0.0,
     })
 
 
@@ -121,7 +121,7 @@ def test_communication_per_layer_from_the_records(tmp_path):
         "inputs": [3] * 3, "workers": [2] * 3, "blocks": [2] * 3, "wall_s": [1.0] * 3,
         "edges_per_s": [24.0] * 3, "imbalance": [1.0] * 3, "survivor_imbalance": [1.0] * 3,
         "check": ["PASS"] * 3, "check_against": ["reference"] * 3, "max_abs_diff": [0.0] * 3,
-        "params": [""] * 3, "compute_s": [0.5] * 3,
+        "compute_s": [0.5] * 3,
     })
     layers = pd.DataFrame({
         "run_id": ["a", "a", "a", "a", "b", "b", "b", "b", "c", "c"],
@@ -152,7 +152,7 @@ def _hand_made_run(**overrides) -> RunResult:
         layers=pd.DataFrame({"block": [0, 0], "layer": [1, 2], "mode": ["sparse"] * 2,
                              "rows_in": [250, 10], "rows_out": [10, 0], "nnz_out": [30, 0],
                              "seconds": [0.25, 0.5]}),
-        params={"seed": 3, "nbuckets": "x"}, parts=1,
+        params={"seed": 3, "nbuckets": 2}, parts=1,
     )
     fields.update(overrides)
     return RunResult(**fields)
@@ -169,7 +169,11 @@ def test_derived_columns_against_hand_computed_values():
     assert row["row_groups"] == 1  # not given: one row group
     assert np.isnan(row["bytes_moved"]) and np.isnan(row["predicted_volume"])
     assert np.isnan(row["partition_s"]) and np.isnan(row["max_abs_diff"])
-    assert row["params"] == "nbuckets=x;seed=3"  # sorted k=v pairs
+    assert (row["seed"], row["nbuckets"]) == (3, 2)  # typed columns, not k=v text
+    assert pd.isna(row["epsilon"]) and row["row_partition"] == "" and row["spec"] == ""
+    assert frame["seed"].dtype == "Int64" and frame["epsilon"].dtype == "float64"
+    assert frame["strategy"].dtype == "string"
+    assert list(frame.columns) == records.RUN_COLUMNS
     assert row["check"] == "PASS" and row["check_against"] == "reference"
 
     given = records.run_records(

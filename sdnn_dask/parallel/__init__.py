@@ -1,13 +1,12 @@
 """Executors: serial, data, model and hybrid parallelism; one :class:`RunResult` type for all."""
 
+from ..registry import STRATEGIES
 from ..result import Agreement, RunResult, compare_outputs, network_info
 from .data import DataParallelExecutor, run_block
 from .exchange import RunAborted
 from .faults import WorkerLostError
 from .model import TRANSPORTS, ModelParallelExecutor
 from .serial import SERIAL_METHODS, run_serial
-
-STRATEGIES = ("reference", "kernel", "data", "model", "hybrid")
 
 __all__ = [
     "SERIAL_METHODS",

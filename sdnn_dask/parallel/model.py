@@ -58,6 +58,7 @@ from ..allocator import tune_allocator
 from ..kernels import warm_up_kernels
 from ..network import Network, as_csr32
 from ..partition import NeuronPartition, make_neuron_partition, make_row_partition
+from ..registry import TRANSPORTS  # "direct" or "graph"
 from ..result import RunResult, network_info
 from ..slabs import (
     PART_TRACE_COLUMNS,
@@ -81,11 +82,6 @@ from .direct import (
 from .faults import WorkerLostError, gather_pinned, place_retrying
 from .placement import keep_on
 from .transfers import transfers_of, widen_transfer_logs
-
-#: How the parts exchange their pieces: ``"direct"`` (worker to worker, one long-running
-#: task per part, :mod:`.direct`) or ``"graph"`` (a Dask task per part and layer, every
-#: exchange through the scheduler).
-TRANSPORTS = ("direct", "graph")
 
 
 @sizeof.register(Slab)

@@ -35,6 +35,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from .._files import atomic_path
+from ..registry import NEURON_PARTITIONS
 from .balance import imbalance as _imbalance
 from .hashing import bucket_hash
 from .rows import even_bounds
@@ -42,7 +43,6 @@ from .rows import even_bounds
 if TYPE_CHECKING:
     from ..network import Network
 
-NEURON_PARTITIONS = ("block", "hash", "random", "hypergraph")
 
 
 def _connectivity(w: sp.csr_matrix, column_parts: np.ndarray, k: int,

@@ -17,9 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..registry import ROW_PARTITIONS
 from .hashing import bucket_unhash
-
-ROW_PARTITIONS = ("block", "hash", "random")
 
 
 @dataclass(frozen=True, eq=False)
