@@ -1,42 +1,38 @@
 """The ``sdnn-dask`` command line (also ``python -m sdnn_dask``).
 
 Subcommands: ``generate`` (network and inputs in challenge format), ``infer`` (one
-strategy), ``compare`` (the main job: serial against data parallelism, verified, recorded,
-reported), ``report`` (re-render the report from the records) and ``cluster`` (preview a
-SLURM job script, show a cluster profile). ``infer`` and ``compare`` run data parallelism
-where ``--cluster`` says (:mod:`sdnn_dask.cluster`).
+strategy), ``compare`` (the main job: serial against data, model and hybrid parallelism,
+verified, recorded, reported), ``study`` (a YAML grid of runs, resumable), ``partition``
+(neuron partitions and their communication), ``report`` (the report from the records),
+``notebook`` (execute a notebook) and ``cluster`` (preview a SLURM job script, show a
+cluster profile). The commands only parse and check arguments: the work is done by
+:mod:`sdnn_dask.study` (problems, run specs, ``compare``, studies), :mod:`sdnn_dask.outputs`
+and :mod:`sdnn_dask.report`, on the cluster ``--cluster`` says (:mod:`sdnn_dask.cluster`).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import logging
 import math
 import os
-import shutil
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-import scipy.sparse as sp
-
-from . import config, io, records, report
+from . import config, io, outputs, records, report, study
 from ._files import write_text_atomic
-from .check import BoundedReference, bounded_reference, check_result
 from .network import Network
-from .partition import NEURON_PARTITIONS, ROW_PARTITIONS
 from .reference import check_categories
-from .result import RunResult
+from .registry import NEURON_PARTITIONS, ROW_PARTITIONS, TRANSPORTS
+from .study import Problem, ProblemSpec, RunSpec, StudyError, available_layers
 
 if TYPE_CHECKING:
-    import pandas as pd
+    pass
 
 #: Where ``compare`` writes and ``report`` reads by default: a folder git ignores, so the
 #: quick start leaves a checkout clean (the repository's curated study is in results/).
@@ -210,16 +206,6 @@ def _check_writable_folder(folder: Path, option: str) -> None:
 # --------------------------------------------------------------------------- the problem
 
 
-@dataclass
-class Problem:
-    """A network, its inputs, and the truth when known."""
-
-    network: Network
-    inputs: sp.csr_matrix
-    truth: np.ndarray | None
-    source: str
-
-
 def _add_network_arguments(group: argparse._ArgumentGroup, *, with_inputs: bool) -> None:
     group.add_argument("--neurons", "-N", type=_neurons, default=1024,
                        help="neurons per layer: 1024, 4096, 16384 or 65536 (1024)")
@@ -263,53 +249,44 @@ def _add_problem_arguments(parser: argparse.ArgumentParser) -> None:
                    help="repeat the inputs this many times (e.g. official 1200 rows x 50)")
 
 
+def _problem_spec(args: argparse.Namespace) -> ProblemSpec:
+    return ProblemSpec(
+        neurons=args.neurons, layers=args.layers, inputs=args.inputs, seed=args.seed,
+        data=None if args.data is None else str(args.data),
+        inputs_file=None if args.inputs_file is None else str(args.inputs_file),
+        truth=None if args.truth is None else str(args.truth), tile=args.tile)
+
+
 def load_network(args: argparse.Namespace, progress: Progress) -> Network:
-    """Generate, or read from ``--data``, the network alone."""
+    """Generate, or read from ``--data``, the network alone (``-L`` capped at the layers
+    the folder holds, with a message)."""
     from .radixnet import make_network
 
     n, layers = args.neurons, args.layers
     if args.data is None:
         with progress.step(f"generating RadiX-Net {n}-{layers} (seed {args.seed})"):
             return make_network(n, layers, seed=args.seed)
+    held = available_layers(args.data, n)
+    if held == 0:
+        raise UsageError(f"--data {args.data}: no layer file of N = {n} (looked for "
+                         f"{io.layer_path(args.data, n, 1)})")
+    if held < layers:
+        progress.say(f"--data {args.data} holds layers 1-{held} of N = {n}, not {layers}: "
+                     f"running {held} layers")
+        layers = args.layers = held
     with progress.step(f"reading {n}-{layers} weights from {args.data}"):
         return io.read_network(args.data, n, layers, cache=not args.no_cache,
                                progress=progress.counter("layers"))
 
 
 def load_problem(args: argparse.Namespace, progress: Progress) -> Problem:
-    """Generate, or read from ``--data``, the network, inputs and truth."""
-    from .radixnet import make_inputs
-
-    n, layers = args.neurons, args.layers
-    # the options were checked by the parser and _check_arguments
-    if args.data is None:
-        rows = 60000 if args.inputs is None else args.inputs
-        network = load_network(args, progress)
-        with progress.step(f"generating {rows} synthetic inputs"):
-            inputs = make_inputs(rows, n, seed=args.seed)
-        truth, source = None, f"generated RadiX-Net {n}-{layers}, seed {args.seed}"
-    else:
-        network = load_network(args, progress)
-        path = args.inputs_file or io.inputs_path(args.data, n)
-        with progress.step(f"reading inputs {path}"):
-            inputs = io.read_inputs(path, n)
-        if args.inputs is not None:
-            inputs = inputs[: args.inputs]
-        truth_path = args.truth or io.categories_path(args.data, n, layers)
-        truth = None
-        if truth_path.is_file():
-            truth = io.read_categories(truth_path)
-            truth = truth[truth < inputs.shape[0]]
-            progress.say(f"truth: {truth_path} ({len(truth)} categories among "
-                         f"{inputs.shape[0]} rows)")
-        source = f"challenge files in {args.data}"
-    if args.tile > 1:
-        rows = inputs.shape[0]
-        inputs = sp.vstack([inputs] * args.tile, format="csr")
-        if truth is not None:
-            truth = np.concatenate([truth + k * rows for k in range(args.tile)])
-        source += f", inputs tiled x{args.tile}"
-    return Problem(network, inputs, truth, source)
+    """The problem the options describe (:func:`sdnn_dask.study.load_problem`)."""
+    try:
+        return study.load_problem(_problem_spec(args), cache=not args.no_cache,
+                                  progress=progress.say,
+                                  layer_progress=progress.counter("layers"))
+    except StudyError as error:
+        raise UsageError(str(error)) from error
 
 
 # --------------------------------------------------------------------------- commands
@@ -386,7 +363,7 @@ def _batch_runner(args: argparse.Namespace) -> Iterator[None]:
     any problem is loaded; the client task goes on with ``args.cluster`` set to the runner,
     and stops the scheduler and workers on the way out, whatever happens.
     """
-    if args.command not in ("infer", "compare"):
+    if args.command not in ("infer", "compare", "study"):
         yield
         return
     from .cluster import ClusterError, cluster_profile, is_address, start_slurm_runner
@@ -416,51 +393,42 @@ def _batch_runner(args: argparse.Namespace) -> Iterator[None]:
         runner.close()
 
 
-def _verify(result: RunResult, reference: BoundedReference, truth: np.ndarray | None
-            ) -> tuple[str, str, float]:
-    """PASS iff the result is within float32 rounding of the float64 reference on every
-    row where that is decidable (:mod:`sdnn_dask.check`) and, with a truth file, its
-    categories are the truth."""
-    verdict = check_result(result.output, reference)
-    if truth is not None:
-        passed = check_categories(result.categories, truth).passed and verdict.passed
-        return ("PASS" if passed else "FAIL"), "truth", verdict.max_abs_diff
-    return ("PASS" if verdict.passed else "FAIL"), "reference", verdict.max_abs_diff
+def _spec(args: argparse.Namespace, strategy: str, partition: str | None,
+          transport: str | None = None) -> RunSpec:
+    """A :class:`RunSpec` from the options (a mistake is a :class:`UsageError`)."""
+    model = strategy in ("model", "hybrid")
+    try:
+        return RunSpec(strategy, partition,
+                       parts=args.parts if model else None,
+                       row_groups=args.row_groups if strategy == "hybrid" else None,
+                       blocks=args.blocks if strategy == "data" else None,
+                       transport=transport if model else None,
+                       seed=args.seed if strategy not in ("reference", "kernel") else 0,
+                       epsilon=args.epsilon if partition == "hypergraph" else None)
+    except StudyError as error:
+        raise UsageError(str(error)) from error
 
 
 def cmd_infer(args: argparse.Namespace) -> int:
-    from .parallel import run_serial
-
     progress = Progress(args.quiet)
-    problem = load_problem(args, progress)
-    if args.strategy in ("reference", "kernel"):
-        result = run_serial(problem.network, problem.inputs, args.strategy)
-    elif args.strategy == "data":
-        from .parallel import DataParallelExecutor
-
+    if args.strategy == "data":
         _check_row_partition(args.partition)
-        with _cluster_client(args, progress) as client:
-            executor = DataParallelExecutor(client, problem.network)
-            result = executor.run(problem.inputs, partition=args.partition,
-                                  n_blocks=args.blocks)
-    else:
-        from .parallel import ModelParallelExecutor
-
-        method = args.partition if args.partition in NEURON_PARTITIONS else None
-        if method is None:
-            raise UsageError(f"--strategy {args.strategy} takes a neuron partition "
-                             f"{NEURON_PARTITIONS}, not {args.partition!r}")
-        row_groups = args.row_groups if args.strategy == "hybrid" else 1
-        _check_row_groups(row_groups, problem.inputs.shape[0])
-        [transport] = _one_transport(args.transport)
-        with _cluster_client(args, progress) as client:
-            executor = ModelParallelExecutor(client, problem.network)
-            k = args.parts or executor.n_workers
-            part = _neuron_partition(problem.network, method, k, args, progress)
-            with progress.step(f"{args.strategy} parallelism: {row_groups} row group(s) x "
-                               f"{k} parts ({method})"):
-                result = executor.run(problem.inputs, partition=part, row_groups=row_groups,
-                                      seed=args.seed, transport=transport)
+    elif args.strategy in ("model", "hybrid") and args.partition not in NEURON_PARTITIONS:
+        raise UsageError(f"--strategy {args.strategy} takes a neuron partition "
+                         f"{NEURON_PARTITIONS}, not {args.partition!r}")
+    serial = args.strategy in ("reference", "kernel")
+    [transport] = _one_transport(args.transport)
+    spec = _spec(args, args.strategy, None if serial else args.partition, transport)
+    problem = load_problem(args, progress)
+    if spec.strategy == "hybrid":
+        _check_row_groups(spec.row_groups, problem.inputs.shape[0])
+    with contextlib.ExitStack() as stack:
+        client = None if serial else stack.enter_context(_cluster_client(args, progress))
+        runner = study.Runner(problem, client, study="infer", warm_up=False,
+                              progress=progress.say)
+        runner.check(spec)
+        with progress.step(spec.label):
+            result = runner.execute(spec)
     print(f"{result.strategy}/{result.partition}: {result.n_inputs} inputs through "
           f"{result.network['name']} in {result.wall_seconds:.3f} s = "
           f"{result.edges_per_second:.4g} edges/s, {len(result.categories)} categories")
@@ -491,8 +459,6 @@ def _names(value: str, allowed: Sequence[str], option: str, what: str = "partiti
 
 
 def _transports(value: str) -> list[str]:
-    from .parallel import TRANSPORTS
-
     names = _names(value, TRANSPORTS, "--transport", "transport(s)")
     if not names:
         raise UsageError(f"--transport: name one of {', '.join(TRANSPORTS)}")
@@ -508,215 +474,75 @@ def _one_transport(value: str) -> list[str]:
 
 def _default_neuron_partitions(progress: Progress) -> str:
     """Every neuron partition, less hypergraph when Mt-KaHyPar is not installed."""
-    if importlib.util.find_spec("mtkahypar") is not None:
-        return ",".join(NEURON_PARTITIONS)
-    progress.say("no hypergraph rows: Mt-KaHyPar is not installed "
-                 "(pip install 'sdnn_dask[partition]')")
-    return ",".join(m for m in NEURON_PARTITIONS if m != "hypergraph")
+    available = study.neuron_partitions_available()
+    if "hypergraph" not in available:
+        progress.say("no hypergraph rows: Mt-KaHyPar is not installed "
+                     "(pip install 'sdnn_dask[partition]')")
+    return ",".join(available)
 
 
-def _neuron_partition(network: Network, method: str, k: int, args: argparse.Namespace,
-                      progress: Progress):
-    from .partition import make_neuron_partition
-
-    with progress.step(f"partitioning the neurons into {k} parts ({method})"):
-        try:
-            return make_neuron_partition(network, k, method, seed=args.seed,
-                                         epsilon=args.epsilon, cache=True)
-        except ImportError as error:
-            raise UsageError(str(error)) from error
-
-
-def cmd_compare(args: argparse.Namespace) -> int:
-    from .parallel import DataParallelExecutor, ModelParallelExecutor, run_serial
-
-    progress = Progress(args.quiet)
+def _compare_specs(args: argparse.Namespace, progress: Progress) -> list[RunSpec]:
     partitions = _names(args.partitions, ROW_PARTITIONS, "--partitions")
     default = _default_neuron_partitions(progress)
     model = _names(args.model or default, NEURON_PARTITIONS, "--model")
     hybrid = _names(args.hybrid or default, NEURON_PARTITIONS, "--hybrid")
     transports = _transports(args.transport)
+    specs = [RunSpec("reference"), RunSpec("kernel")]
+    specs += [_spec(args, "data", p) for p in partitions]
+    for transport in transports:
+        specs += [_spec(args, "model", m, transport) for m in model]
+        specs += [_spec(args, "hybrid", m, transport) for m in hybrid]
+    return specs
+
+
+COMPARE_COLUMNS = ["strategy", "partition", "transport", "workers", "blocks", "parts",
+                   "seconds", "edges_per_s", "speedup", "vs_kernel", "imbalance", "mb_moved",
+                   "predicted_volume", "check"]
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    progress = Progress(args.quiet)
+    specs = _compare_specs(args, progress)
     if not args.no_write:
         _check_writable_folder(args.results, "--results")
     problem = load_problem(args, progress)
     net, inputs = problem.network, problem.inputs
-    if hybrid:
+    if any(s.strategy == "hybrid" for s in specs):
         _check_row_groups(args.row_groups, inputs.shape[0])
     progress.say(f"problem: {problem.source}: {inputs.shape[0]} inputs, {net.edges:,} edges")
-    study = records.new_study_id()
-    results: list[tuple[RunResult, str, str, float]] = []
-    total = (2 + len(partitions) + (len(model) + len(hybrid)) * len(transports)) * args.repeat
-    done = 0
 
-    def record(result: RunResult, reference: BoundedReference) -> None:
-        nonlocal done
-        done += 1
-        check, against, diff = _verify(result, reference, problem.truth)
-        results.append((result, check, against, diff))
+    def on_run(outcome: study.RunOutcome, done: int, total: int) -> None:
+        result = outcome.result
         moved = ("" if result.bytes_moved is None
                  else f"  {result.bytes_moved / 1e6:.1f} MB moved")
         how = f"{result.partition} {result.transport}" if result.transport else result.partition
         progress.say(f"[{done}/{total}] {result.strategy:<9} {how:<17} "
                      f"{result.n_workers} workers x {result.n_blocks} blocks: "
                      f"{result.wall_seconds:8.3f} s  {result.edges_per_second:.3g} edges/s  "
-                     f"{check}{moved}")
+                     f"{outcome.check}{moved}")
 
-    with progress.step("the float64 reference with float32 rounding bounds (the check)"):
-        bounded = bounded_reference(net, inputs)
-    if len(bounded.undecided):
-        progress.say(f"{len(bounded.undecided)} ill-conditioned row(s): their ReLU's bias "
-                     "rule lies within float32 rounding, so they are checked against the "
-                     "truth only (if any)")
-    reference = run_serial(net, inputs, "reference")
-    record(reference, bounded)
-    for r in range(args.repeat):
-        if r:
-            record(run_serial(net, inputs, "reference"), bounded)
-        record(run_serial(net, inputs, "kernel"), bounded)
-    with _cluster_client(args, progress) as client:
-        with progress.step("sending the weights to every worker"):
-            executor = DataParallelExecutor(client, net)
-        k = args.parts or executor.n_workers
-        neuron_parts = {m: _neuron_partition(net, m, k, args, progress)
-                        for m in dict.fromkeys(model + hybrid)}
-        model_executor = None
-        if neuron_parts:
-            with progress.step("sending each part's slice of the weights to its worker"):
-                model_executor = ModelParallelExecutor(client, net)
-        for _ in range(args.repeat):
-            for partition in partitions:
-                result = executor.run(inputs, partition=partition, n_blocks=args.blocks,
-                                      seed=args.seed)
-                record(result, bounded)
-            for transport in transports:
-                for method in model:
-                    record(model_executor.run(inputs, partition=neuron_parts[method],
-                                              transport=transport), bounded)
-                for method in hybrid:
-                    record(model_executor.run(inputs, partition=neuron_parts[method],
-                                              row_groups=args.row_groups, seed=args.seed,
-                                              transport=transport), bounded)
-    frames = [records.run_records(res, study=study, check=check, check_against=against,
-                                  max_abs_diff=diff) for res, check, against, diff in results]
-    table = records.records_frame(frames)
-    cmp = report.comparison(table)
+    with contextlib.ExitStack() as stack:
+        client = stack.enter_context(_cluster_client(args, progress)) if any(
+            s.strategy not in ("reference", "kernel") for s in specs) else None
+        try:
+            found = study.compare(problem, client, specs=specs, repeat=args.repeat,
+                                  progress=progress.say, on_run=on_run)
+        except StudyError as error:
+            raise UsageError(str(error)) from error
     print()
-    print(report.to_text(cmp, ["strategy", "partition", "transport", "workers", "blocks",
-                               "parts", "seconds", "edges_per_s", "speedup", "vs_kernel",
-                               "imbalance", "mb_moved", "predicted_volume", "check"]))
+    print(report.to_text(found.comparison(), COMPARE_COLUMNS))
     if not args.no_write:
-        layer_table = records.records_frame([records.layer_records(res, study=study)
-                                             for res, *_ in results])
         written: list[Path] = []
         code = _all_or_nothing("the results", args.results, lambda: written.extend(
-            write_results(args.results, table, layer_table, progress)))
+            outputs.write_results(args.results, found.runs, found.layers, progress.say)))
         if code is not None:
             return code
         print("\nwrote " + ", ".join(str(p) for p in written))
-    failed = [res for res, check, *_ in results if check != "PASS"]
-    if failed:
+    failed = found.failed
+    if len(failed):
         print(f"\n{len(failed)} run(s) FAILED the check", file=sys.stderr)
         return 1
     return 0
-
-
-def write_results(folder: Path, runs: pd.DataFrame, layers: pd.DataFrame,
-                  progress: Progress) -> list[Path]:
-    """Write a study's files into ``folder`` all together, or leave it as it was.
-
-    Every file (``records.csv`` and ``layers.csv`` whole, old rows and new, ``summary.md``,
-    the plots) is first written into a hidden staging folder inside ``folder``. Only once all
-    are written are they renamed into place, each rename atomic (same file system). Before the
-    renames the old files are hard-linked into the staging folder, so a rename that fails, or
-    a Ctrl-C between two renames, puts every file back as it was. What is left is the
-    microseconds between two renames: a SIGKILL or power loss there leaves some files new and
-    some old (and a ``.staging-*`` folder).
-
-    Parameters
-    ----------
-    folder
-        The results folder (checked writable by :func:`_check_writable_folder`).
-    runs, layers
-        This study's rows of ``records.csv`` and ``layers.csv``.
-    progress
-        Says when there is no plot (matplotlib missing).
-
-    Returns
-    -------
-    list of Path
-        The files written, in ``folder``.
-
-    Raises
-    ------
-    OSError, KeyboardInterrupt
-        With ``folder`` left as it was and no staging folder left behind.
-    """
-    with _staged_writes(folder) as (staging, names):
-        for name, frame in ((records.RECORDS_FILE, runs), (records.LAYERS_FILE, layers)):
-            if (folder / name).exists():  # appended: the old rows go first
-                shutil.copyfile(folder / name, staging / name)
-            records.append_records(frame, staging / name)
-            names.append(name)
-        _write_report(staging, names, runs, records.read_records(staging, "layers"),
-                      progress.say)
-    return [folder / name for name in names]
-
-
-def _write_report(staging: Path, names: list[str], runs: pd.DataFrame, layers: pd.DataFrame,
-                  say) -> None:
-    """``summary.md`` and the plots (none without matplotlib) into ``staging``."""
-    write_text_atomic(staging / "summary.md", report.summary_markdown(runs))
-    names.append("summary.md")
-    try:
-        names.append(report.plot_comparison(runs, staging / "comparison.png").name)
-        plot = report.plot_communication(runs, layers, staging / "communication.png")
-        if plot is not None:
-            names.append(plot.name)
-    except ImportError as error:
-        say(f"no plot: {error}")
-
-
-@contextlib.contextmanager
-def _staged_writes(folder: Path) -> Iterator[tuple[Path, list[str]]]:
-    """A hidden staging folder in ``folder`` and the list of names written into it.
-
-    On leaving without error, every named file is moved into ``folder``
-    (:func:`_move_into_place`); whatever happens, the staging folder is removed.
-    """
-    staging = Path(tempfile.mkdtemp(dir=folder, prefix=".staging-"))
-    names: list[str] = []
-    try:
-        yield staging, names
-        _move_into_place(staging, folder, names)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
-def _move_into_place(staging: Path, folder: Path, names: list[str]) -> None:
-    """Rename ``staging/name`` over ``folder/name`` for every name; all or none."""
-    for name in names:  # a folder in a file's place would fail mid-way: refuse up front
-        if (folder / name).is_dir():
-            raise IsADirectoryError(f"{folder / name} is a folder, not a file")
-    backup = staging / ".old"
-    backup.mkdir()
-    for name in names:
-        if (folder / name).exists():
-            try:
-                os.link(folder / name, backup / name)
-            except OSError:  # no hard links on this file system: a copy does as well
-                shutil.copy2(folder / name, backup / name)
-    moved: list[str] = []
-    try:
-        for name in names:
-            os.replace(staging / name, folder / name)
-            moved.append(name)
-    except BaseException:
-        for name in reversed(moved):  # undo: the old file back, or none if there was none
-            if (backup / name).exists():
-                os.replace(backup / name, folder / name)
-            else:
-                (folder / name).unlink(missing_ok=True)
-        raise
 
 
 def cmd_partition(args: argparse.Namespace) -> int:
@@ -725,37 +551,87 @@ def cmd_partition(args: argparse.Namespace) -> int:
     progress = Progress(args.quiet)
     network = load_network(args, progress)
     cache = False if args.no_partition_cache else True
-    with progress.step(f"partitioning the neurons of {network.name} into {args.k} parts "
-                       f"({args.method})"):
-        part = make_neuron_partition(network, args.k, args.method, seed=args.seed,
-                                     nbuckets=args.nbuckets, epsilon=args.epsilon,
-                                     cache=cache)
+    cached = False
+    if args.method == "hypergraph" and cache:
+        from .partition.hypergraph import is_cached
+
+        cached = is_cached(network, args.k, epsilon=args.epsilon, seed=args.seed)
+    what = f"the neurons of {network.name} into {args.k} parts ({args.method})"
+    try:
+        if cached:
+            progress.say(f"reading the cached partition of {what}")
+            part = make_neuron_partition(network, args.k, args.method, seed=args.seed,
+                                         epsilon=args.epsilon, cache=cache)
+        else:
+            with progress.step(f"partitioning {what}"):
+                part = make_neuron_partition(
+                    network, args.k, args.method, seed=args.seed, nbuckets=args.nbuckets,
+                    epsilon=args.epsilon, cache=cache,
+                    progress=progress.counter("layers partitioned")
+                    if args.method == "hypergraph" else None)
+    except ImportError as error:
+        raise UsageError(str(error)) from error
     volume = part.volume(network)
     table = volume.assign(imbalance=part.imbalance(network))
     if args.per_layer:
         print(report.to_text(table))
         print()
+    how = (f"read from the cache (computed in {part.seconds:.2f} s when made)" if cached
+           else f"computed in {part.seconds:.2f} s")
     print(f"{args.method} partition of {network.name}, k={args.k}: "
           f"km1 {int(volume['km1'].sum()):,} activation columns over {network.n_layers} "
           f"layers (per layer: mean {volume['km1'].mean():.1f}, max {volume['km1'].max()}), "
-          f"work imbalance max {table['imbalance'].max():.4f}, "
-          f"computed in {part.seconds:.2f} s")
+          f"work imbalance max {table['imbalance'].max():.4f}, {how}")
     if args.out:
         part.save(args.out)
         print(f"wrote {args.out}")
     return 0
 
 
-STUDY_MISSING = "running a study notebook needs nbclient: pip install 'sdnn_dask[study]'"
+NOTEBOOK_MISSING = "running a notebook needs nbclient: pip install 'sdnn_dask[study]'"
 
 
 def cmd_study(args: argparse.Namespace) -> int:
-    """Execute a study notebook top to bottom, its clusters made where ``--cluster`` says."""
+    """Run a study file's grid on one cluster, each run recorded as it finishes."""
+    progress = Progress(args.quiet)
+    try:
+        grid = study.Study.from_yaml(args.study)
+    except StudyError as error:
+        raise UsageError(str(error)) from error
+    results = args.results or DEFAULT_RESULTS / grid.name
+    _check_writable_folder(results, "--results")
+    done = records.recorded_keys(results)
+    if done and not args.resume:
+        raise UsageError(f"--results {results} already holds {len(done)} recorded run(s) of "
+                         "a study: add --resume to go on with it, or choose another folder")
+    if args.workers is None and grid.workers is not None:
+        args.workers = grid.workers
+    serial = all(s.strategy in ("reference", "kernel") for s in grid.specs)
+    progress.say(f"study {grid.name} ({args.study}): {len(grid.problems)} problem(s) x "
+                 f"{len(grid.specs)} configuration(s) x {grid.repeats} repeat(s) = "
+                 f"{grid.total} runs, recorded in {results}/")
+    with contextlib.ExitStack() as stack:
+        client = None if serial else stack.enter_context(_cluster_client(args, progress))
+        try:
+            found = grid.run(client, results, resume=args.resume, progress=progress.say,
+                             bar=not args.quiet)
+        except StudyError as error:
+            raise UsageError(str(error)) from error
+    print(report.to_text(found.comparison(), ["network", "inputs", *COMPARE_COLUMNS]))
+    print(f"\nrecords and report in {results}/ (report.html, summary.md, records.csv)")
+    if len(found.failed):
+        print(f"\n{len(found.failed)} run(s) FAILED the check", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_notebook(args: argparse.Namespace) -> int:
+    """Execute a notebook top to bottom, its clusters made where ``--cluster`` says."""
     try:
         import nbclient
         import nbformat
     except ImportError as error:
-        raise UsageError(STUDY_MISSING) from error
+        raise UsageError(NOTEBOOK_MISSING) from error
     progress = Progress(args.quiet)
     path: Path = args.notebook
     if not path.is_file():
@@ -817,18 +693,18 @@ def _all_or_nothing(what: str, folder: Path, write: Callable[[], object]) -> int
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    table = records.read_records(args.results)
+    folder = args.results_folder or args.results
+    table = records.read_records(folder)
     summary = report.summary_markdown(table)
-    if args.write:  # all together, or none, as compare writes them
-        layers = records.read_records(args.results, "layers")
-        def write() -> None:
-            with _staged_writes(args.results) as (staging, names):
-                _write_report(staging, names, table, layers,
-                              lambda message: print(message, file=sys.stderr))
-
-        code = _all_or_nothing("the report", args.results, write)
+    if not args.print_only:  # all together, or none, as compare writes them
+        layers = records.read_records(folder, "layers")
+        written: list[Path] = []
+        code = _all_or_nothing("the report", folder, lambda: written.extend(
+            outputs.write_report_files(folder, table, layers,
+                                       lambda message: print(message, file=sys.stderr))))
         if code is not None:
             return code
+        print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
     print(summary)
     return 0
 
@@ -955,20 +831,37 @@ def build_parser() -> argparse.ArgumentParser:
                         "sdnn.clusters")
     p.set_defaults(func=cmd_cluster)
 
-    p = sub.add_parser("study", help="execute a study notebook (e.g. studies/quick_study.ipynb) "
-                                     "with its clusters where --cluster says")
+    p = sub.add_parser("study", help="run a study file's grid (e.g. studies/quick.yaml) on one "
+                                     "cluster, each run recorded as it finishes; resumable")
+    p.add_argument("study", type=Path, help="the study file (YAML; see sdnn_dask.study.Study)")
+    p.add_argument("--resume", action="store_true",
+                   help="go on with the study recorded in --results, skipping the runs "
+                        "already there (without it, a folder holding runs is an error)")
+    p.add_argument("--results", type=Path, default=None,
+                   help=f"the study's folder (default: {DEFAULT_RESULTS}/NAME, NAME the "
+                        "study's name; git ignores it)")
+    _add_cluster_arguments(p)
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or messages")
+    p.set_defaults(func=cmd_study)
+
+    p = sub.add_parser("notebook", help="execute a notebook (e.g. studies/quick_study.ipynb) "
+                                        "with its clusters where --cluster says")
     p.add_argument("notebook", type=Path, help="the .ipynb to run")
     _add_cluster_arguments(p)
     p.add_argument("--out", type=Path, default=None,
                    help="the executed notebook (default: NAME.executed.ipynb here)")
     p.add_argument("--timeout", type=POSITIVE, default=1800, help="seconds per cell (1800)")
-    p.add_argument("--quiet", "-q", action="store_true")
-    p.set_defaults(func=cmd_study)
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress messages")
+    p.set_defaults(func=cmd_notebook)
 
-    p = sub.add_parser("report", help="render the latest study's report from the records")
-    p.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
-    p.add_argument("--write", action="store_true",
-                   help="also rewrite summary.md and comparison.png")
+    p = sub.add_parser("report", help="build the report (report.html, summary.md, plots) from "
+                                      "a results folder's records, and print the summary")
+    p.add_argument("results_folder", type=Path, nargs="?", default=None, metavar="RESULTS",
+                   help=f"the results folder (default: {DEFAULT_RESULTS})")
+    p.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help=argparse.SUPPRESS)
+    p.add_argument("--print-only", action="store_true",
+                   help="print the summary; write nothing")
+    p.add_argument("--write", action="store_true", help=argparse.SUPPRESS)  # the default now
     p.set_defaults(func=cmd_report)
     return parser
 
@@ -989,7 +882,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # raised on, as argparse does: SystemExit with code 2 once the message is out
         print(f"error: {error}", file=sys.stderr)
         raise
-    except (FileNotFoundError, io.ChallengeFormatError) as error:
+    except (FileNotFoundError, io.ChallengeFormatError, StudyError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

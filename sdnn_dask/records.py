@@ -186,7 +186,7 @@ def run_records(
         "run_id": result.run_id,
         "spec": spec,
         "repeat": repeat,
-        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "time": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
         "host": socket.gethostname(),
         "source": source,
         "strategy": result.strategy,

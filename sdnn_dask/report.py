@@ -66,10 +66,15 @@ def comparison(records: pd.DataFrame, baseline: str = "reference") -> pd.DataFra
         check=("check", lambda c: "PASS" if (c == "PASS").all() else "FAIL"),
     ).reset_index()
 
-    def seconds_of(strategy: str) -> float:
-        rows = out.loc[out["strategy"] == strategy, "seconds"]
-        return float(rows.iloc[0]) if len(rows) else math.nan
+    def seconds_of(strategy: str) -> pd.Series:
+        """Per row, the median seconds of ``strategy`` on the same network and inputs."""
+        first = (out[out["strategy"] == strategy]
+                 .drop_duplicates(["network", "inputs"])
+                 .set_index(["network", "inputs"])["seconds"])
+        keys = pd.MultiIndex.from_frame(out[["network", "inputs"]])
+        return pd.Series(first.reindex(keys).to_numpy(dtype=float), index=out.index)
 
+    # each network against its own serial runs
     out["speedup"] = seconds_of(baseline) / out["seconds"]
     out["vs_kernel"] = seconds_of("kernel") / out["seconds"]
     columns = ["network", "inputs", "strategy", "partition", "row_partition", "transport",

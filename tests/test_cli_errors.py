@@ -156,7 +156,7 @@ def test_study_unknown_cluster(tmp_path, capsys):
     pytest.importorskip("nbclient", reason="needs the study extra")
     notebook = tmp_path / "x.ipynb"
     notebook.write_text("{}")
-    code, err = run(["study", str(notebook), "--cluster", "nosuchprofile"], capsys)
+    code, err = run(["notebook", str(notebook), "--cluster", "nosuchprofile"], capsys)
     assert code == 2 and "error: unknown cluster 'nosuchprofile'" in err
 
 

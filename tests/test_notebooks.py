@@ -19,7 +19,7 @@ def test_notebook_runs_as_a_study(path, tmp_path):
     pytest.importorskip("nbclient", reason="needs the study extra (nbclient)")
     out = tmp_path / "executed.ipynb"
     proc = subprocess.run(
-        [sys.executable, "-m", "sdnn_dask", "study", str(path), "--cluster", "local",
+        [sys.executable, "-m", "sdnn_dask", "notebook", str(path), "--cluster", "local",
          "--workers", "2", "--out", str(out)],
         capture_output=True, text=True, timeout=1200, cwd=tmp_path,
     )
@@ -38,11 +38,11 @@ def test_a_failing_study_says_which_cell(tmp_path):
                                                nbformat.v4.new_code_cell("1 / 0")])
     path = tmp_path / "broken.ipynb"
     nbformat.write(notebook, path)
-    proc = subprocess.run([sys.executable, "-m", "sdnn_dask", "study", str(path), "-q"],
+    proc = subprocess.run([sys.executable, "-m", "sdnn_dask", "notebook", str(path), "-q"],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 1
     assert "ZeroDivisionError" in proc.stderr and "1 / 0" in proc.stderr
     assert (tmp_path / "broken.executed.ipynb").is_file()  # kept, to look at
-    proc = subprocess.run([sys.executable, "-m", "sdnn_dask", "study", "missing.ipynb"],
+    proc = subprocess.run([sys.executable, "-m", "sdnn_dask", "notebook", "missing.ipynb"],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode != 0 and "missing.ipynb: no such notebook" in proc.stderr

@@ -227,7 +227,7 @@ def test_study_runs_its_notebook_on_slurm_workers(tmp_path):
     nbformat.write(notebook, path)
     out = tmp_path / "done.ipynb"
     proc = subprocess.run(
-        [sys.executable, "-m", "sdnn_dask", "study", str(path), "--cluster", "slurm",
+        [sys.executable, "-m", "sdnn_dask", "notebook", str(path), "--cluster", "slurm",
          "--workers", "1", "--out", str(out)],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
     )

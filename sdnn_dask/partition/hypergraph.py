@@ -256,6 +256,12 @@ def _load_cached(path: Path, network: Network, k: int) -> NeuronPartition | None
     return cached
 
 
+def is_cached(network: Network, k: int, *, epsilon: float = 0.03, seed: int = 0,
+              cache: bool | str | os.PathLike = True) -> bool:
+    """Whether :func:`hypergraph_partition` would read this partition from ``cache``."""
+    return _load_cached(_cache_file(cache, network, k, epsilon, seed), network, k) is not None
+
+
 def hypergraph_partition(
     network: Network,
     k: int,

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -282,6 +283,7 @@ def make_neuron_partition(
     nbuckets: int = 1,
     epsilon: float = 0.03,
     cache: bool | str | os.PathLike | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> NeuronPartition:
     """Build a neuron partition of ``network`` into ``k`` parts by name.
 
@@ -302,6 +304,8 @@ def make_neuron_partition(
     cache
         For ``"hypergraph"`` (the others take milliseconds): a folder, or ``True`` for
         ``cache_dir() / "partitions"``; see :func:`~.hypergraph.hypergraph_partition`.
+    progress
+        For ``"hypergraph"``: called as ``progress(done, total)`` after each layer.
 
     Examples
     --------
@@ -321,7 +325,8 @@ def make_neuron_partition(
     if method == "hypergraph":
         from .hypergraph import hypergraph_partition
 
-        return hypergraph_partition(network, k, epsilon=epsilon, seed=seed, cache=cache)
+        return hypergraph_partition(network, k, epsilon=epsilon, seed=seed, cache=cache,
+                                    progress=progress)
 
     start = time.perf_counter()
     n, levels = network.n_neurons, network.n_layers + 1
