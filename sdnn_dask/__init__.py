@@ -3,6 +3,8 @@
 The HPEC/MIT Sparse DNN Graph Challenge, on Dask: read the challenge files or generate
 RadiX-Net networks and MNIST-like inputs, run the serial reference and data-parallel
 inference on any ``distributed`` cluster, check the results, and record every timing.
+Studies (:mod:`sdnn_dask.study`): ``load_problem``, ``RunSpec``, ``compare`` and
+``Study.from_yaml(path).run(client, results, resume=True)``.
 
 Examples
 --------
@@ -29,17 +31,25 @@ from .network import Network
 from .radixnet import make_network
 from .reference import check_categories, infer_reference
 from .result import RunResult, compare_outputs
+from .study import Problem, ProblemSpec, Records, RunSpec, Study, compare, load_problem
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ChallengeFormatError",
     "Network",
+    "Problem",
+    "ProblemSpec",
+    "Records",
     "RunResult",
+    "RunSpec",
+    "Study",
     "check_categories",
+    "compare",
     "compare_outputs",
     "forward_block",
     "infer_reference",
+    "load_problem",
     "make_inputs",
     "make_network",
     "read_categories",

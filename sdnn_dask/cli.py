@@ -28,7 +28,7 @@ from . import config, io, outputs, records, report, study
 from ._files import write_text_atomic
 from .network import Network
 from .reference import check_categories
-from .registry import NEURON_PARTITIONS, ROW_PARTITIONS, TRANSPORTS
+from .registry import NEURON_PARTITIONS, ROW_PARTITIONS, STRATEGIES, TRANSPORTS
 from .study import Problem, ProblemSpec, RunSpec, StudyError, available_layers
 
 if TYPE_CHECKING:
@@ -213,11 +213,12 @@ def _add_network_arguments(group: argparse._ArgumentGroup, *, with_inputs: bool)
     if with_inputs:
         group.add_argument("--inputs", "-n", type=POSITIVE, default=None,
                            help="input rows: generated count (60000), or the first rows of "
-                                "--data")
+                                "--data (default: all)")
     group.add_argument("--seed", type=NON_NEGATIVE, default=0, help="seed of what is generated (0)")
     group.add_argument("--data", type=Path, default=None,
                        help="challenge folder with neuron{N}/n{N}-l{k}.tsv[.gz]"
-                            + (" and the inputs" if with_inputs else ""))
+                            + (" and the inputs" if with_inputs else "")
+                            + "; -L is capped at the layers it holds (default: generate)")
     group.add_argument("--no-cache", action="store_true",
                        help="do not keep a binary cache of the parsed --data files")
 
@@ -755,29 +756,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out", type=Path, help="output folder")
     p.add_argument("--neurons", "-N", type=_neurons, default=1024,
                    help="neurons per layer: 1024, 4096, 16384 or 65536 (1024)")
-    p.add_argument("--layers", "-L", type=POSITIVE, default=120)
+    p.add_argument("--layers", "-L", type=POSITIVE, default=120, help="layers (120)")
     p.add_argument("--inputs", "-n", type=POSITIVE, default=None, help="input rows (60000)")
-    p.add_argument("--seed", type=NON_NEGATIVE, default=0)
+    p.add_argument("--seed", type=NON_NEGATIVE, default=0,
+                   help="seed of the network's permutations and of the inputs (0)")
     p.add_argument("--gzip", action="store_true", help="write .tsv.gz files")
     p.add_argument("--no-truth", action="store_true",
                    help="do not compute and write the categories file")
-    p.add_argument("--quiet", "-q", action="store_true")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress messages")
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("infer", help="run one strategy; print the rate, PASS/FAIL with truth")
     _add_problem_arguments(p)
-    p.add_argument("--strategy", choices=("reference", "kernel", "data", "model", "hybrid"),
-                   default="data")
+    p.add_argument("--strategy", choices=STRATEGIES, default="data",
+                   help="reference or kernel (serial, here), data, model or hybrid "
+                        "parallelism (data)")
     p.add_argument("--partition", choices=tuple(dict.fromkeys(ROW_PARTITIONS
                                                               + NEURON_PARTITIONS)),
                    default="block", help="row partition (data) or neuron partition (model, "
                    "hybrid); block")
     _add_cluster_arguments(p)
-    p.add_argument("--blocks", type=POSITIVE, default=None, help="row blocks (one per worker)")
+    p.add_argument("--blocks", type=POSITIVE, default=None,
+                   help="row blocks of data parallelism (default: one per worker)")
     _add_model_arguments(p)
     p.add_argument("--categories-out", type=Path, default=None,
-                   help="write the categories found to this file")
-    p.add_argument("--quiet", "-q", action="store_true")
+                   help="write the categories found to this file (default: none written)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress messages")
     p.set_defaults(func=cmd_infer)
 
     p = sub.add_parser("compare", help="the main job: serial vs data, model and hybrid "
@@ -794,15 +798,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="neuron partitions of the hybrid runs (--row-groups x --parts; "
                    "default as --model; none: no hybrid runs)")
     _add_cluster_arguments(p)
-    p.add_argument("--blocks", type=POSITIVE, default=None, help="row blocks (one per worker)")
+    p.add_argument("--blocks", type=POSITIVE, default=None,
+                   help="row blocks of data parallelism (default: one per worker)")
     _add_model_arguments(p)
-    p.add_argument("--repeat", type=POSITIVE, default=1, help="runs of each configuration")
+    p.add_argument("--repeat", type=POSITIVE, default=1,
+                   help="runs of each configuration; the table shows medians (1)")
     p.add_argument("--results", type=Path, default=DEFAULT_RESULTS,
                    help="folder for records.csv, layers.csv, summary.md and the plots "
                         f"({DEFAULT_RESULTS}/, which git ignores; the repository's curated "
                         "results/ was made with --results results)")
     p.add_argument("--no-write", action="store_true", help="print only; write no records")
-    p.add_argument("--quiet", "-q", action="store_true")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress messages")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("partition", help="partition every layer's neurons into k parts; "
@@ -810,15 +816,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_network_arguments(p.add_argument_group("network (generated unless --data is given)"),
                            with_inputs=False)
     p.add_argument("-k", "--parts", dest="k", type=POSITIVE, default=4, help="parts (4)")
-    p.add_argument("--method", choices=NEURON_PARTITIONS, default="hypergraph")
+    p.add_argument("--method", choices=NEURON_PARTITIONS, default="hypergraph",
+                   help="how to split each layer's neurons (hypergraph: Mt-KaHyPar, the "
+                        "partition extra)")
     p.add_argument("--epsilon", type=_epsilon, default=0.03,
                    help="hypergraph imbalance bound (0.03)")
     p.add_argument("--nbuckets", type=POSITIVE, default=1, help="buckets of the hash (P = 128 x)")
-    p.add_argument("--out", type=Path, default=None, help="write the partition (.npz)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="write the partition (.npz; default: not written)")
     p.add_argument("--per-layer", action="store_true", help="print every layer's figures")
     p.add_argument("--no-partition-cache", action="store_true",
                    help="recompute a hypergraph partition even if one is cached")
-    p.add_argument("--quiet", "-q", action="store_true")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress messages")
     p.set_defaults(func=cmd_partition)
 
     p = sub.add_parser("cluster", help="cluster helpers: preview a SLURM job script, show a "

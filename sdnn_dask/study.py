@@ -608,7 +608,7 @@ def run_key(problem: Problem, spec: RunSpec, repeat: int) -> str:
     return f"{problem.key()}-{spec.key()}-r{repeat}"
 
 
-def compare(problem: Problem, client: Client | None = None, *,
+def compare(problem: Problem, client: Client | None = None, *, cluster: Any = None,
             specs: Sequence[RunSpec] | None = None, repeat: int = 1, study: str | None = None,
             warm_up: bool = True, progress: Callable[[str], None] | None = None,
             on_run: Callable[[RunOutcome, int, int], None] | None = None) -> Records:
@@ -619,8 +619,12 @@ def compare(problem: Problem, client: Client | None = None, *,
     problem
         From :func:`load_problem`.
     client
-        A ``distributed.Client`` for the parallel specs (``None``: start a loopback
-        :func:`sdnn_dask.cluster.local_client`, closed at the end, if a spec needs one).
+        A ``distributed.Client`` for the parallel specs.
+    cluster
+        Instead of ``client``: where to start one (anything
+        :func:`sdnn_dask.cluster.cluster_client` takes: ``"local"``, ``"slurm"``, a profile,
+        a scheduler address, a ``Cluster``), closed at the end. With neither, a loopback
+        LocalCluster is started if a spec needs one.
     specs
         What to run (default :func:`default_specs`).
     repeat
@@ -642,11 +646,13 @@ def compare(problem: Problem, client: Client | None = None, *,
     specs = list(default_specs() if specs is None else specs)
     study = study or records.new_study_id()
     needs_cluster = any(s.strategy not in SERIAL_STRATEGIES for s in specs)
+    if client is not None and cluster is not None:
+        raise ValueError("give client or cluster, not both")
     own = client is None and needs_cluster
     if own:
-        from .cluster import local_client
+        from .cluster import cluster_client
 
-        client = local_client()
+        client = cluster_client(cluster)
     try:
         runner = Runner(problem, client, study=study, warm_up=warm_up, progress=progress)
         for spec in specs:

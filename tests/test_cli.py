@@ -176,3 +176,33 @@ def test_compare_without_the_partition_extra(challenge_folder, tmp_path):
                           capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode != 0
     assert "pip install 'sdnn_dask[partition]'" in proc.stderr
+
+
+def _options():
+    import argparse
+
+    from sdnn_dask.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions
+               if isinstance(a, argparse._SubParsersAction))
+    for command, parser in sub.choices.items():
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
+                continue
+            yield command, action
+
+
+def test_every_option_says_what_it_does_and_its_default():
+    """--help of every option has a text, and it names the default when there is one."""
+    import argparse
+
+    missing = []
+    for command, action in _options():
+        text = action.help or ""
+        flag = isinstance(action, argparse._StoreTrueAction)
+        default = action.default
+        names_default = (flag or not action.option_strings or str(default) in text
+                         or "default" in text or (default is None and "(" in text))
+        if not text or not names_default:
+            missing.append(f"{command} {'/'.join(action.option_strings) or action.dest}")
+    assert not missing, missing
