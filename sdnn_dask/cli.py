@@ -638,7 +638,7 @@ def cmd_notebook(args: argparse.Namespace) -> int:
     if not path.is_file():
         raise UsageError(f"{path}: no such notebook")
     if args.cluster == "slurm-batch":
-        raise UsageError("a study runs its clusters from a notebook kernel; use "
+        raise UsageError("a notebook runs its clusters from its kernel; use "
                          "--cluster slurm, or run it inside an allocation with "
                          "--cluster <the scheduler's address>")
     if args.cluster:  # an unknown profile fails here, not in the notebook's first cell

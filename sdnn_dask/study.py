@@ -528,6 +528,9 @@ class Runner:
         """Raise :exc:`StudyError` if ``spec`` cannot run here."""
         if spec.strategy not in SERIAL_STRATEGIES and self.client is None:
             raise StudyError(f"{spec.label}: needs a cluster")
+        if spec.partition == "hypergraph" and "hypergraph" not in neuron_partitions_available():
+            raise StudyError(f"{spec.label}: the hypergraph partition needs Mt-KaHyPar: "
+                             "pip install 'sdnn_dask[partition]'")
         spec.check_against(self.problem, max(1, len(self.cluster_workers)))
 
     def _executor(self, kind: str, workers: int):

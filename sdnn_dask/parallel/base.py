@@ -1,5 +1,5 @@
 """What data- and model-parallel executors share: the workers they use, their set-up, the
-kernel settings their tasks run with.
+kernel settings their tasks run with, and the one method a caller needs, ``run``.
 
 An executor is bound to a pool of workers (default: every worker of the cluster), so one
 cluster can run a study's grid over worker counts: a run with 1 of 2 workers places its
@@ -18,6 +18,7 @@ from distributed import Client
 
 from ..kernels import KernelSettings
 from ..network import Network
+from ..result import RunResult
 from .faults import connected, prepare_workers
 
 
@@ -68,6 +69,15 @@ class Executor:
     def setup(self) -> None:
         """Run the set-up functions on every connected worker not yet set up."""
         prepare_workers(self.client, self._ready, self._setup)
+
+    def run(self, inputs: Any, **options: Any) -> RunResult:
+        """Infer ``inputs`` (``rows x N``) on the pool; options are the strategy's own.
+
+        Placement (the data a run needs, sent to the workers that run it) happens here,
+        before the clock starts; the returned result's ``wall_seconds`` is the inference
+        alone.
+        """
+        raise NotImplementedError
 
     @staticmethod
     def kernel_settings() -> KernelSettings:
