@@ -725,6 +725,7 @@ class Study:
           - {strategy: model, partition: [block, hypergraph], transport: [direct, graph]}
           - {strategy: hybrid, partition: block, row_groups: 2, parts: 2}
 
+    Relative ``data``, ``inputs_file`` and ``truth`` paths are relative to the study file.
     Every combination of a problem with a run entry's values is a :class:`RunSpec`;
     ``repeats`` of each are run. Validation (:meth:`from_yaml`) happens before anything
     runs: unknown keys (with the nearest valid one), wrong types and impossible
@@ -769,6 +770,12 @@ class Study:
             study = cls.from_dict(data, default_name=path.stem)
         except StudyError as error:
             raise StudyError(f"{path}: {error}") from None
+        # relative paths of files are relative to the study file, wherever it is run from
+        study.problems = [dataclasses.replace(p, **{
+            name: str((path.parent / value).resolve())
+            for name in ("data", "inputs_file", "truth")
+            if (value := getattr(p, name)) is not None and not Path(value).is_absolute()})
+            for p in study.problems]
         study.path = path
         return study
 

@@ -105,6 +105,14 @@ def test_bad_study_files_fail_before_anything_runs(tmp_path, text, message):
         Study.from_yaml(_write(tmp_path, text))
 
 
+def test_relative_paths_are_relative_to_the_study_file(tmp_path):
+    (tmp_path / "sub").mkdir()
+    path = _write(tmp_path / "sub", "problems: [{data: ../challenge, truth: /abs/t.tsv}]\n"
+                                    "runs: [{strategy: kernel}]")
+    [problem] = Study.from_yaml(path).problems
+    assert problem.data == str(tmp_path / "challenge") and problem.truth == "/abs/t.tsv"
+
+
 def test_a_problem_is_checked_when_it_is_made():
     with pytest.raises(StudyError, match="neurons must be one of 1024, 4096"):
         ProblemSpec(neurons=1000)
@@ -341,3 +349,23 @@ def test_records_of_a_study_are_typed_in_parquet_and_csv(client, tmp_path):
     assert exported["seed"].tolist() == [7, 7] and "params" not in exported
     assert parquet.equals(csv)
     assert np.isfinite(parquet["wall_s"]).all()
+
+
+def test_a_study_on_the_official_files_checks_against_the_truth(client, tmp_path,
+                                                                 shared_data):
+    """Real challenge files: the first 300 official rows, tiled twice, truth subset and
+    tiled with them; every run PASSes against the truth categories."""
+    grid = Study.from_dict({"name": "official", "problems": [{
+        "neurons": 1024, "layers": 120, "data": str(shared_data), "inputs": 300, "tile": 2,
+        "inputs_file": str(shared_data / "sparse-images-1024-rows1-1200.tsv.gz")}],
+        "runs": [{"strategy": "kernel"}, {"strategy": "data", "partition": "hash"}]})
+    found = grid.run(client, tmp_path / "r", bar=False, report=False)
+    runs = found.runs.drop_duplicates("run_id")
+    assert set(runs["check"]) == {"PASS"} and set(runs["check_against"]) == {"truth"}
+    assert set(runs["inputs"]) == {600} and set(runs["source"]) == {str(shared_data)}
+    problem = study.load_problem(grid.problems[0])
+    from sdnn_dask import io
+
+    truth = io.read_categories(shared_data / "neuron1024-l120-categories.tsv.gz")
+    first = truth[truth < 300]
+    assert problem.truth.tolist() == [*first.tolist(), *(first + 300).tolist()]
