@@ -30,6 +30,7 @@ from .report import (
     SERIES,
     STRATEGY_ORDER,
     TIME_PARTS,
+    TRANSPORT_ORDER,
     _rank,
     count,
 )
@@ -197,6 +198,10 @@ def rate_figure(cmp: pd.DataFrame, *, title: str = "") -> Figure | None:
     parallel = cmp[cmp["strategy"].isin(PARALLEL)].copy()
     # data parallelism's row groups are its blocks: a series runs over them
     parallel["_groups"] = parallel["row_groups"].where(parallel["strategy"] == "hybrid", 1)
+    parallel = parallel.assign(_s=_rank(parallel["strategy"], STRATEGY_ORDER),
+                               _t=_rank(parallel["transport"], TRANSPORT_ORDER),
+                               _p=_rank(parallel["partition"], PARTITION_ORDER))
+    parallel = parallel.sort_values(["_s", "_t", "_groups", "_p"], kind="stable")
     keys = ["strategy", "partition", "row_partition", "transport", "_groups"]
     for _, rows in parallel.groupby(keys, sort=False, dropna=False):
         first = rows.iloc[0]

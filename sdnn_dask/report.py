@@ -109,7 +109,9 @@ def comparison(records: pd.DataFrame, baseline: str = "reference") -> pd.DataFra
         (:func:`latest_study`). It may hold several networks (and input sizes): each ratio
         compares configurations of the same network and inputs.
     baseline
-        Strategy whose fastest median time is the 1.0 of the ``speedup`` column.
+        Strategy whose fastest median time is the 1.0 of the ``speedup`` column. Every
+        baseline (this one, the kernel's, data parallelism's) is taken from the
+        configurations that passed the check only: a failed run's time is no yardstick.
 
     Returns
     -------
@@ -143,9 +145,11 @@ def comparison(records: pd.DataFrame, baseline: str = "reference") -> pd.DataFra
         edges=("edges", "first"),
     ).reset_index()
     strategy = out["strategy"].astype(str)
-    out["speedup"] = _best_seconds(out, strategy == baseline) / out["seconds"]
-    out["vs_kernel"] = _best_seconds(out, strategy == "kernel") / out["seconds"]
-    out["vs_data"] = _best_seconds(out, strategy == "data", ["workers"]) / out["seconds"]
+    passed = out["check"] == "PASS"  # a run that failed its check is no baseline
+    out["speedup"] = _best_seconds(out, passed & (strategy == baseline)) / out["seconds"]
+    out["vs_kernel"] = _best_seconds(out, passed & (strategy == "kernel")) / out["seconds"]
+    out["vs_data"] = _best_seconds(out, passed & (strategy == "data"), ["workers"]) \
+        / out["seconds"]
     columns = [*CONFIG, "repeats", "seconds", "edges_per_s", "speedup", "vs_kernel",
                "vs_data", "imbalance", "survivor_imbalance", "mb_moved", "predicted_volume",
                "check", "neurons", "layers", "edges"]
