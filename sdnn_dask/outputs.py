@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import records, report
-from ._files import write_text_atomic
+from . import records
 
 
 def write_results(folder: Path, runs: pd.DataFrame, layers: pd.DataFrame,
@@ -63,17 +62,31 @@ def write_results(folder: Path, runs: pd.DataFrame, layers: pd.DataFrame,
 
 
 def write_report(staging: Path, names: list[str], runs: pd.DataFrame, layers: pd.DataFrame,
-                  say) -> None:
-    """``summary.md`` and the plots (none without matplotlib) into ``staging``."""
-    write_text_atomic(staging / "summary.md", report.summary_markdown(runs))
-    names.append("summary.md")
+                 say: Callable[[str], None]) -> None:
+    """``report.html``, ``summary.md`` and the plots (:func:`sdnn_dask.html_report.
+    write_report`; no plot without matplotlib) into ``staging``, their names into
+    ``names``."""
+    from .html_report import write_report as write_html
+
+    written = write_html(staging, runs, layers, projection=projection_of(runs, layers, say))
+    names.extend(path.name for path in written)
+    if not any(name.endswith(".png") for name in names):
+        say("no plot: plots need matplotlib: pip install 'sdnn_dask[report]'")
+
+
+def projection_of(runs: pd.DataFrame, layers: pd.DataFrame,
+                  say: Callable[[str], None]) -> pd.DataFrame | None:
+    """Measured against projected for the report, or ``None`` when the records cannot
+    calibrate the cost model (:mod:`sdnn_dask.projection`)."""
     try:
-        names.append(report.plot_comparison(runs, staging / "comparison.png").name)
-        plot = report.plot_communication(runs, layers, staging / "communication.png")
-        if plot is not None:
-            names.append(plot.name)
-    except ImportError as error:
-        say(f"no plot: {error}")
+        from .projection import report_projection
+    except ImportError:
+        return None
+    try:
+        return report_projection(runs, layers)
+    except ValueError as error:  # too few kinds of runs to calibrate on
+        say(f"no projection: {error}")
+        return None
 
 
 @contextlib.contextmanager

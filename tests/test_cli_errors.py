@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sdnn_dask import report
+from sdnn_dask import html_report
 from sdnn_dask.cli import main
 
 #: A small compare: serial runs only, one worker (a few seconds).
@@ -171,7 +171,11 @@ def test_exit_code_2_as_a_program():
 # --------------------------------------------------------------------------- the write phase
 
 OLD = {"records.csv": b"study,run_id\nold,1\n", "layers.csv": b"study,run_id\nold,1\n",
-       "summary.md": b"# the previous study\n", "comparison.png": b"old png bytes"}
+       "summary.md": b"# the previous study\n", "rate.png": b"old png bytes",
+       "report.html": b"<html>the previous report</html>"}
+#: What compare writes for SMALL (serial runs only: no communication to draw).
+WRITTEN = {"records.csv", "layers.csv", "summary.md", "report.html", "rate.png",
+           "survivors.png"}
 
 
 def _old_results(tmp_path: Path) -> Path:
@@ -192,19 +196,19 @@ def test_compare_writes_every_file_and_keeps_the_old_rows(tmp_path, capsys):
     results = _old_results(tmp_path)
     code, err = run([*SMALL, "--results", str(results), "-q"], capsys)
     assert code == 0, err
-    assert sorted(p.name for p in results.iterdir()) == sorted(OLD)  # no plot without model
+    assert {p.name for p in results.iterdir()} == WRITTEN  # no communication without model
     runs = pd.read_csv(results / "records.csv")
     assert runs["study"].iloc[0] == "old" and len(runs) == 3  # old row, reference, kernel
     assert (results / "summary.md").read_bytes() != OLD["summary.md"]
-    assert (results / "comparison.png").read_bytes()[:4] == b"\x89PNG"
+    assert (results / "report.html").read_bytes() != OLD["report.html"]
+    assert (results / "rate.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_compare_makes_a_missing_results_folder(tmp_path, capsys):
     results = tmp_path / "new" / "results"
     code, err = run([*SMALL, "--results", str(results), "-q"], capsys)
     assert code == 0, err
-    assert {p.name for p in results.iterdir()} == {"records.csv", "layers.csv", "summary.md",
-                                                    "comparison.png"}
+    assert {p.name for p in results.iterdir()} == WRITTEN
 
 
 def test_failed_write_leaves_results_as_they_were(tmp_path, capsys):
@@ -224,7 +228,7 @@ def test_interrupt_while_writing_leaves_results_as_they_were(tmp_path, capsys, m
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(report, "plot_comparison", interrupted)
+    monkeypatch.setattr(html_report, "render_html", interrupted)  # the last file written
     results = _old_results(tmp_path)
     code, err = run([*SMALL, "--results", str(results), "-q"], capsys)
     assert code == 130, err
@@ -255,16 +259,15 @@ def test_interrupt_between_the_renames_puts_the_old_files_back(tmp_path, capsys,
 def test_report_write_is_all_or_nothing(tmp_path, capsys):
     results = tmp_path / "results"
     assert run([*SMALL, "--results", str(results), "-q"], capsys)[0] == 0
-    (results / "comparison.png").unlink()
-    (results / "comparison.png").mkdir()
+    (results / "rate.png").unlink()
+    (results / "rate.png").mkdir()
     summary = b"# an older summary\n"  # not what the report would write
     (results / "summary.md").write_bytes(summary)
     code, err = run(["report", "--results", str(results), "--write"], capsys)
     assert code == 2, err
     assert "error: writing the report failed" in err and "left as it was" in err
     assert (results / "summary.md").read_bytes() == summary
-    assert sorted(p.name for p in results.iterdir()) == ["comparison.png", "layers.csv",
-                                                         "records.csv", "summary.md"]
+    assert {p.name for p in results.iterdir()} == WRITTEN
 
 
 def _copy(data: Path, tmp_path: Path) -> Path:

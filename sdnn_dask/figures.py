@@ -1,0 +1,467 @@
+"""The report's plots: matplotlib figures of the tables in :mod:`sdnn_dask.report`.
+
+Each ``*_figure`` function takes one problem's table (one network and input size) and
+returns a :class:`matplotlib.figure.Figure` (made without pyplot: no global state, no
+display), or ``None`` when there is nothing to draw. :func:`png_bytes` and
+:func:`save_png` render one. Everything here needs the ``report`` extra (matplotlib);
+:func:`require_matplotlib` says so in its error.
+
+Series are drawn in the reader's order (serial first, then data, model, hybrid) and told
+apart the same way in every plot: colour by partition, marker by partition, line style by
+strategy, hollow markers and dotted lines for the ``graph`` transport.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from ._files import atomic_path
+from .report import (
+    PARALLEL,
+    PARTITION_ORDER,
+    SERIAL,
+    SERIES,
+    STRATEGY_ORDER,
+    TIME_PARTS,
+    TRANSPORT_ORDER,
+    _rank,
+    count,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+#: What to install for plots.
+EXTRA_HINT = "plots need matplotlib: pip install 'sdnn_dask[report]'"
+
+COLOURS = {"none": "#444444", "chunks": "#8c564b", "block": "#1f77b4", "hash": "#ff7f0e",
+           "random": "#2ca02c", "hypergraph": "#d62728"}
+MARKERS = {"none": "*", "chunks": "v", "block": "o", "hash": "s", "random": "^",
+           "hypergraph": "D"}
+STRATEGY_MARKERS = {"reference": "*", "kernel": "*", "data": "o", "model": "s",
+                    "hybrid": "^"}
+LINES = {"reference": ":", "kernel": ":", "data": "-", "model": "--", "hybrid": "-."}
+SERIAL_COLOURS = {"reference": "#7f7f7f", "kernel": "#000000"}
+#: Colours of the per-layer time components (:data:`sdnn_dask.report.TIME_PARTS`).
+TIME_COLOURS = {"seconds": "#4c72b0", "wait_s": "#dd8452", "send_s": "#55a868",
+                "deserialise_s": "#8172b3"}
+TIME_SHORT = {"seconds": "compute", "wait_s": "wait", "send_s": "send",
+              "deserialise_s": "deser."}
+#: A series standing for several partitions (identical bytes).
+SHARED_COLOUR, SHARED_MARKER = "#6a3d9a", "P"
+DPI = 110
+
+
+def require_matplotlib() -> None:
+    """Raise :class:`ImportError` naming the ``report`` extra when matplotlib is missing."""
+    try:
+        import matplotlib  # noqa: F401
+        from matplotlib.figure import Figure  # noqa: F401
+    except ImportError as error:
+        raise ImportError(EXTRA_HINT) from error
+
+
+def _figure(width: float, height: float) -> Figure:
+    require_matplotlib()
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+
+
+def png_bytes(fig: Figure) -> bytes:
+    """``fig`` rendered as PNG."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI)
+    return buffer.getvalue()
+
+
+def save_png(fig: Figure, path: str | Path) -> Path:
+    """Write ``fig`` as a PNG at ``path`` atomically."""
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(png_bytes(fig))
+    return path
+
+
+def _style(strategy: str, partition: str, transport: str = "") -> dict:
+    """Line style of a series: colour by partition, marker by strategy, line by strategy;
+    hollow markers and a dotted line on the ``graph`` transport."""
+    if strategy in SERIAL:
+        return {"color": SERIAL_COLOURS.get(strategy, "#444444"), "marker": "*",
+                "linestyle": ":", "markersize": 12}
+    graph = transport == "graph"
+    colour = COLOURS.get(partition, "#17becf")
+    return {"color": colour, "marker": STRATEGY_MARKERS.get(strategy, "x"),
+            "linestyle": ":" if graph else LINES.get(strategy, "-"), "markersize": 8,
+            "markerfacecolor": "white" if graph else colour, "markeredgewidth": 1.4,
+            "linewidth": 1.6}
+
+
+def _config_title(row: pd.Series | dict) -> str:
+    """A model/hybrid/data configuration (:data:`SERIES`) as a short panel title."""
+    strategy = str(row["strategy"])
+    workers = count(row["workers"])
+    w = f"{workers} worker{'s' if workers != '1' else ''}"
+    if strategy == "data":
+        return f"data parallelism, {w}"
+    transport = str(row["transport"])
+    transport = f", {transport}" if transport else ""
+    if strategy == "hybrid":
+        rows = str(row["row_partition"])
+        return (f"hybrid {count(row['row_groups'])} row groups{f' ({rows})' if rows else ''}"
+                f" x {count(row['parts'])} parts{transport}, {w}")
+    return f"model parallelism k={count(row['parts'])}{transport}, {w}"
+
+
+def _short_title(config: dict, partition: str) -> str:
+    """``model block, k=2`` or ``hybrid hash, 2 x 2`` (transport and workers are left to
+    the figure's title)."""
+    strategy = str(config["strategy"])
+    if strategy == "hybrid":
+        return (f"hybrid {partition}, {count(config['row_groups'])} row groups x "
+                f"{count(config['parts'])} parts")
+    return f"{strategy} {partition}, k={count(config['parts'])}"
+
+
+def _configs(table: pd.DataFrame) -> list[tuple[dict, pd.DataFrame]]:
+    """``table`` split by :data:`SERIES` (in table order, which is the reader's order)."""
+    out = []
+    for _, rows in table.groupby(SERIES, sort=False, dropna=False):
+        out.append((rows.iloc[0].to_dict(), rows))
+    return out
+
+
+def _grid(n: int, ncols: int = 3) -> tuple[int, int]:
+    cols = min(n, ncols)
+    return math.ceil(n / cols), cols
+
+
+def _time_unit(seconds: float) -> tuple[float, str]:
+    """Scale and unit for times up to ``seconds``."""
+    if not np.isfinite(seconds) or seconds >= 1:
+        return 1.0, "s"
+    return 1e3, "ms"
+
+
+def _integer_ticks(ax: Axes, values: Sequence[int]) -> None:
+    values = sorted({int(v) for v in values})
+    if len(values) <= 12:
+        ax.set_xticks(values, [str(v) for v in values])
+    else:
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _dodge(strategy: str, partition: str, transport: str) -> float:
+    """Sideways offset (in workers) of a series' points, so that configurations at the same
+    worker count do not hide each other: data left, model centre, hybrid right, partitions
+    spread within, the graph transport a little further."""
+    group = {"data": -0.2, "model": 0.0, "hybrid": 0.2}.get(strategy, 0.0)
+    rank = PARTITION_ORDER.index(partition) if partition in PARTITION_ORDER else 0
+    return group + (rank - 3.5) * 0.03 + (0.015 if transport == "graph" else 0.0)
+
+
+def rate_figure(cmp: pd.DataFrame, *, title: str = "") -> Figure | None:
+    """Edges/s against workers, one line per strategy and partition (and transport).
+
+    Parameters
+    ----------
+    cmp
+        One problem's :func:`sdnn_dask.report.comparison` rows. At a worker count where a
+        series has several configurations (e.g. block counts), the fastest is drawn.
+        Serial runs are horizontal lines; configurations that failed the check are
+        crossed out in red. Points are dodged sideways (:func:`_dodge`) so that
+        configurations at one worker count stay visible. The y axis is logarithmic when
+        the rates span more than 10x.
+    title
+        Appended to the plot's title (e.g. the network).
+    """
+    if cmp.empty:
+        return None
+    fig = _figure(8.5, 4.6)
+    ax = fig.subplots()
+    workers = cmp["workers"].astype(int)
+    for _, row in cmp[cmp["strategy"].isin(SERIAL)].iterrows():
+        style = _style(str(row["strategy"]), "none")
+        ax.axhline(row["edges_per_s"], color=style["color"], linestyle=":", linewidth=1.2)
+        ax.plot([int(row["workers"])], [row["edges_per_s"]],
+                label=f"serial {row['strategy']}", **style)
+    parallel = cmp[cmp["strategy"].isin(PARALLEL)].copy()
+    # data parallelism's row groups are its blocks: a series runs over them
+    parallel["_groups"] = parallel["row_groups"].where(parallel["strategy"] == "hybrid", 1)
+    parallel = parallel.assign(_s=_rank(parallel["strategy"], STRATEGY_ORDER),
+                               _t=_rank(parallel["transport"], TRANSPORT_ORDER),
+                               _p=_rank(parallel["partition"], PARTITION_ORDER))
+    parallel = parallel.sort_values(["_s", "_t", "_groups", "_p"], kind="stable")
+    keys = ["strategy", "partition", "row_partition", "transport", "_groups"]
+    for _, rows in parallel.groupby(keys, sort=False, dropna=False):
+        first = rows.iloc[0]
+        best = (rows.sort_values("edges_per_s", ascending=False)
+                .drop_duplicates("workers").sort_values("workers"))
+        strategy, partition = str(first["strategy"]), str(first["partition"])
+        transport = str(first["transport"])
+        label = f"{strategy} {partition}"
+        if strategy == "hybrid":
+            label += f" ({count(first['row_groups'])} row groups)"
+        if transport:
+            label += f", {transport}"
+        ax.plot(best["workers"].astype(int) + _dodge(strategy, partition, transport),
+                best["edges_per_s"], label=label, **_style(strategy, partition, transport))
+    failed = cmp[cmp["check"] != "PASS"]
+    if len(failed):
+        x = [int(r["workers"]) + (0 if r["strategy"] in SERIAL else _dodge(
+            str(r["strategy"]), str(r["partition"]), str(r["transport"])))
+            for _, r in failed.iterrows()]
+        ax.plot(x, failed["edges_per_s"], linestyle="none",
+                marker="x", color="#d00000", markersize=14, markeredgewidth=2.5,
+                label="FAILED the check")
+    rates = cmp["edges_per_s"].astype(float)
+    rates = rates[rates > 0]
+    if len(rates) and rates.max() / rates.min() > 10:
+        ax.set_yscale("log")
+    else:
+        ax.set_ylim(0, rates.max() * 1.12 if len(rates) else 1)
+    _integer_ticks(ax, workers)
+    low, high = workers.min(), workers.max()
+    ax.set_xlim(low - 0.4, high + 0.4)
+    ax.set_xlabel("Dask workers")
+    ax.set_ylabel("inference rate (edges / s)")
+    fig.suptitle("Inference rate against workers (median over repeats)" + title)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    return fig
+
+
+def block_time_figure(blocks: pd.DataFrame, *, title: str = "") -> Figure | None:
+    """Compute time of every block, one panel per configuration, the partitions' bars side
+    by side (``blocks``: one problem's :func:`sdnn_dask.report.block_times`)."""
+    if blocks.empty:
+        return None
+    configs = _configs(blocks)
+    nrows, ncols = _grid(len(configs))
+    fig = _figure(min(4.6 * ncols, 14), 3.4 * nrows + 0.4)
+    axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
+    scale, unit = _time_unit(float(blocks["compute_s"].max()))
+    for ax, (config, rows) in zip(axes, configs, strict=False):
+        partitions = list(dict.fromkeys(rows["partition"].astype(str)))
+        width = 0.8 / len(partitions)
+        for i, partition in enumerate(partitions):
+            mine = rows[rows["partition"].astype(str) == partition].sort_values("block")
+            x = mine["block"].astype(int).to_numpy() + (i - (len(partitions) - 1) / 2) * width
+            imbalance = float(mine["imbalance"].iloc[0])
+            ax.bar(x, mine["compute_s"] * scale, width=width * 0.95,
+                   color=COLOURS.get(partition, "#17becf"),
+                   label=f"{partition} (imbalance {imbalance:.2f})")
+        _integer_ticks(ax, rows["block"].astype(int))
+        ax.set_ylim(0, float(rows["compute_s"].max()) * scale * 1.3)  # room for the legend
+        strategy = str(config["strategy"])
+        ax.set_xlabel({"data": "row block", "model": "neuron part"}.get(
+            strategy, "block (row group x parts + part)"))
+        ax.set_ylabel(f"compute time ({unit})")
+        ax.set_title(_config_title(config), fontsize=10)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=8, loc="upper center", ncols=min(2, len(partitions)),
+                  framealpha=0.9)
+    for ax in axes[len(configs):]:
+        ax.set_visible(False)
+    fig.suptitle("Compute time per block (median over repeats; imbalance = max/mean)" + title)
+    return fig
+
+
+def survivors_figure(profile: pd.DataFrame, *, title: str = "") -> Figure | None:
+    """Surviving rows and nonzeros after each layer (``profile``: one problem's
+    :func:`sdnn_dask.report.layer_profile`)."""
+    if profile.empty:
+        return None
+    fig = _figure(11, 3.8)
+    left, right = fig.subplots(1, 2)
+    source = str(profile["source"].iloc[0])
+    many = len(profile) > 40
+    for ax, column, what in ((left, "rows_out", "rows with a nonzero"),
+                             (right, "nnz_out", "nonzeros")):
+        values = profile[column].astype(float)
+        ax.plot(profile["layer"].astype(int), values,
+                marker=None if many else "o", markersize=4, color="#1f77b4")
+        last = float(values.iloc[-1])
+        note = f"after layer {int(profile['layer'].iloc[-1])}: {last:,.0f}"
+        if column == "rows_out":
+            note += f" of {int(profile['inputs'].iloc[0]):,} rows"
+            note += f" ({100 * last / int(profile['inputs'].iloc[0]):.1f}%)"
+        ax.text(0.97, 0.95, note, transform=ax.transAxes, ha="right", va="top", fontsize=9)
+        ax.set_yscale("log")
+        ax.set_xlabel("layer")
+        ax.set_ylabel(what)
+        ax.set_title(f"{what[0].upper()}{what[1:]} after each layer", fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        if not many:
+            _integer_ticks(ax, profile["layer"])
+    fig.suptitle(f"What survives each layer (from the {source} run)" + title)
+    return fig
+
+
+def layer_time_figure(times: pd.DataFrame, *, title: str = "") -> Figure | None:
+    """Where a part's time goes in each layer: compute, waiting, sending, deserialising,
+    stacked, one panel per direct-transport model/hybrid configuration (``times``: one
+    problem's :func:`sdnn_dask.report.layer_times`)."""
+    if times.empty:
+        return None
+    panels = []
+    for config, rows in _configs(times):
+        for partition in dict.fromkeys(rows["partition"].astype(str)):
+            panels.append((config, partition,
+                           rows[rows["partition"].astype(str) == partition]
+                           .sort_values("layer")))
+    nrows, ncols = _grid(len(panels), 4 if len(panels) > 6 else 3)
+    fig = _figure(min(4.2 * ncols, 15), 3.1 * nrows + 0.6)
+    axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False, sharey=True)).ravel()
+    total = times[list(TIME_PARTS)].fillna(0).sum(axis=1).max()
+    scale, unit = _time_unit(float(total))
+    for n, (ax, (config, partition, rows)) in enumerate(zip(axes, panels, strict=False)):
+        layer = rows["layer"].astype(int).to_numpy()
+        bottom = np.zeros(len(rows))
+        for column, name in TIME_PARTS.items():
+            values = rows[column].fillna(0).to_numpy(float) * scale
+            ax.bar(layer, values, bottom=bottom, width=1.0 if len(layer) > 30 else 0.8,
+                   color=TIME_COLOURS[column], label=name, linewidth=0)
+            bottom += values
+        totals = {c: float(rows[c].fillna(0).sum()) for c in TIME_PARTS}
+        sum_scale, sum_unit = _time_unit(max(totals.values()))
+        sums = [f"{TIME_SHORT[c]} {v * sum_scale:.3g}" for c, v in totals.items()]
+        ax.set_title(_short_title(config, partition), fontsize=9.5)
+        ax.text(0.97, 0.95, f"sum over layers ({sum_unit})\n" + "  ".join(sums[:2]) + "\n"
+                + "  ".join(sums[2:]), transform=ax.transAxes, ha="right", va="top",
+                fontsize=8, linespacing=1.3,
+                bbox={"facecolor": "white", "alpha": 0.9, "edgecolor": "#cccccc"})
+        ax.set_xlabel("layer")
+        if n % ncols == 0:
+            ax.set_ylabel(f"time per part ({unit})")
+        ax.grid(True, axis="y", alpha=0.3)
+        if len(layer) <= 30:
+            _integer_ticks(ax, layer)
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=len(TIME_PARTS),
+               fontsize=9, frameon=False)
+    where = sorted({f"{count(c['workers'])} workers" for c, _, _ in panels})
+    fig.suptitle("Where a part's time goes, per layer (mean over parts, median over "
+                 f"repeats; direct transport, {', '.join(where)})" + title)
+    return fig
+
+
+def communication_figure(series: pd.DataFrame, *, title: str = "") -> Figure | None:
+    """MB moved between workers per layer, one panel per model/hybrid configuration, one
+    line per neuron partition; partitions that moved identical bytes in every layer are
+    one line labelled ``block = hash = ...`` (``series``:
+    :func:`sdnn_dask.report.communication_series`). Each line has its own marker and its
+    markers are staggered, so lines that nearly coincide stay distinguishable."""
+    if series.empty:
+        return None
+    configs = _configs(series)
+    nrows, ncols = _grid(len(configs), 2)
+    fig = _figure(min(6.2 * ncols, 14), 3.8 * nrows + 0.4)
+    axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False, sharey=True)).ravel()
+    for n, (ax, (config, rows)) in enumerate(zip(axes, configs, strict=False)):
+        labels = list(dict.fromkeys(rows["series"].astype(str)))
+        n_layers = rows["layer"].nunique()
+        every = max(1, n_layers // 12)
+        for i, label in enumerate(labels):
+            mine = rows[rows["series"].astype(str) == label].sort_values("layer")
+            shared = int(mine["partitions"].iloc[0]) > 1
+            partition = label.split(" = ")[0]
+            colour = SHARED_COLOUR if shared else COLOURS.get(partition, "#17becf")
+            marker = SHARED_MARKER if shared else MARKERS.get(partition, "x")
+            ax.plot(mine["layer"].astype(int), mine["mb_moved"].astype(float),
+                    label=label + (" (identical bytes)" if shared else ""),
+                    color=colour, marker=marker, markersize=6,
+                    markevery=(min(i * max(1, every // len(labels)), n_layers - 1), every),
+                    linestyle=LINES.get(str(config["strategy"]), "-"),
+                    linewidth=2.2 if shared else 1.5)
+        ax.set_yscale("symlog", linthresh=0.01)
+        ax.set_xlabel("layer")
+        if n % ncols == 0:
+            ax.set_ylabel("MB moved between workers")
+        ax.set_title(_config_title(config), fontsize=10)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=8, loc="upper right", framealpha=0.9)
+        if n_layers <= 30:
+            _integer_ticks(ax, rows["layer"])
+    for ax in axes[len(configs):]:
+        ax.set_visible(False)
+    fig.suptitle("Activation bytes moved per layer, by neuron partition (median over "
+                 "repeats)" + title)
+    return fig
+
+
+def projection_figure(projection: pd.DataFrame, *, title: str = "") -> Figure | None:
+    """Projected against measured seconds, log-log, with the y = x line; held-out points
+    (not used to fit the projection) drawn as large hollow markers (``projection``:
+    :func:`sdnn_dask.report.projection_table`)."""
+    if projection.empty:
+        return None
+    fig = _figure(7.6, 5.4)
+    ax = fig.subplots()
+    measured = projection["measured_s"].astype(float)
+    projected = projection["projected_s"].astype(float)
+    values = pd.concat([measured, projected])
+    values = values[values > 0]
+    low, high = values.min() / 1.5, values.max() * 1.5
+    ax.plot([low, high], [low, high], color="#888888", linestyle="--", linewidth=1,
+            label="projected = measured")
+    order = projection.assign(_s=_rank(projection["strategy"], STRATEGY_ORDER),
+                              _p=_rank(projection["partition"], PARTITION_ORDER))
+    for _, rows in order.sort_values(["_s", "_p"], kind="stable").groupby(
+            ["strategy", "partition"], sort=False):
+        strategy, partition = str(rows["strategy"].iloc[0]), str(rows["partition"].iloc[0])
+        colour = COLOURS.get(partition, "#17becf") if strategy not in SERIAL \
+            else SERIAL_COLOURS.get(strategy, "#444444")
+        marker = STRATEGY_MARKERS.get(strategy, "x")
+        fitted = rows[~rows["held_out"].astype(bool)]
+        held = rows[rows["held_out"].astype(bool)]
+        if len(fitted):
+            ax.plot(fitted["measured_s"], fitted["projected_s"], linestyle="none",
+                    marker=marker, color=colour, markersize=7, label=f"{strategy} {partition}")
+        if len(held):
+            ax.plot(held["measured_s"], held["projected_s"], linestyle="none", marker=marker,
+                    markersize=13, markerfacecolor="none", markeredgewidth=2, color=colour,
+                    label=f"{strategy} {partition}, held out")
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        axis.set_minor_formatter(NullFormatter())
+    ax.set_xlim(low, high)
+    ax.set_ylim(low, high)
+    ax.set_aspect("equal")
+    ax.set_xlabel("measured (s)")
+    ax.set_ylabel("projected (s)")
+    fig.suptitle("Projected against measured inference time" + title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    return fig
+
+
+__all__ = [
+    "EXTRA_HINT",
+    "block_time_figure",
+    "communication_figure",
+    "layer_time_figure",
+    "png_bytes",
+    "projection_figure",
+    "rate_figure",
+    "require_matplotlib",
+    "save_png",
+    "survivors_figure",
+]
