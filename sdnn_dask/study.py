@@ -152,11 +152,15 @@ class Problem:
     _reference: BoundedReference | None = field(default=None, repr=False)
 
     def key(self) -> str:
-        """The spec's key, or one of the network's name and the inputs' shape."""
+        """The spec's key; for a problem built by hand, a hash of the network's name and
+        the inputs' pattern and values (two orderings of the same rows differ)."""
         if self.spec is not None:
             return self.spec.key()
-        return _digest({"network": self.network.name, "shape": list(self.inputs.shape),
-                        "nnz": int(self.inputs.nnz)})
+        digest = hashlib.sha1(self.network.name.encode())
+        y = self.inputs
+        for array in (np.asarray(y.shape), y.indptr, y.indices, y.data):
+            digest.update(np.ascontiguousarray(array).tobytes())
+        return digest.hexdigest()[:12]
 
     def reference(self) -> BoundedReference:
         """The float64 reference with float32 rounding bounds (computed once)."""

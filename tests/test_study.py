@@ -152,6 +152,14 @@ def test_load_problem_takes_the_layers_a_folder_holds(tmp_path):
         study.load_problem(data=str(tmp_path / "missing"))
 
 
+def test_a_problem_made_by_hand_is_keyed_by_its_inputs(small_problem):
+    rows = small_problem.inputs
+    reordered = study.Problem(small_problem.network, rows[::-1].tocsr(), None, "by hand")
+    same = study.Problem(small_problem.network, rows.copy(), None, "by hand")
+    assert reordered.key() != same.key() == study.Problem(small_problem.network, rows, None,
+                                                          "again").key()
+
+
 def test_tiling_repeats_rows_and_truth(tmp_path):
     problem = study.load_problem(neurons=1024, layers=6, inputs=40, tile=3)
     assert problem.inputs.shape == (120, 1024)
