@@ -117,9 +117,12 @@ SHARING_TERMS = {
 }
 #: Per-layer exchange terms of model and hybrid runs: one part per core, and more.
 EXCHANGE_TERMS = {
+    "imbalance": ("the mean part step (one part per core): the slowest part sets the pace",
+                  "added multiplier"),
     "latency": ("layers (one part per core)", "s per layer (synchronisation)"),
     "byte": ("bytes moved between workers (one part per core)",
              "s per byte (1 / bandwidth)"),
+    "shared_imbalance": ("the mean part step (several parts per core)", "added multiplier"),
     "shared_latency": ("layers (several parts per core)", "s per layer"),
     "shared_byte": ("bytes moved between workers (several parts per core)", "s per byte"),
 }
@@ -593,15 +596,16 @@ def _part_work(rows: float, nnz_read: float, nnz_out: float, n_in: float, n_out:
     return k_work, p_work, mode
 
 
-def _payload(rows: float, nnz: float, columns: float) -> float:
+def _payload(rows: float, nnz: float, columns: float, block_rows: int = 256) -> float:
     """Bytes of a slab of ``rows x columns`` holding ``nnz`` nonzeros (:class:`~sdnn_dask.
     slabs.Slab`): row ids, then a tile (4 bytes an entry) when at least half the entries
-    are nonzero, else block CSC (8 bytes a nonzero, 8 per column and 256-row block)."""
+    are nonzero, else block CSC (8 bytes a nonzero, 8 per column and block of
+    ``block_rows`` rows: 256, or the dense step's chunk when a dense step made it)."""
     if rows <= 0:
         return 0.0
     if 2 * nnz >= rows * columns:
         return 8.0 * rows + 4.0 * rows * columns
-    blocks = math.ceil(rows / 256)
+    blocks = math.ceil(rows / block_rows)
     return 8.0 * rows + 8.0 * nnz + 8.0 * blocks * (columns + 1) + 8.0 * (blocks + 1)
 
 
@@ -672,7 +676,8 @@ class Prediction:
         ``rows * edges / seconds`` (edges = ``weights_per_row * N * layers``).
     compute_s
         Arithmetic on the critical path: the block (kernel), the busiest worker's blocks
-        (data), the sum over layers of the slowest part's step (model, hybrid).
+        (data), the sum over layers of the slowest part's step (model, hybrid: the mean
+        step times ``1 + imbalance``).
     latency_s
         Per-layer synchronisation: ``layers x latency`` (model, hybrid).
     communication_s
@@ -736,10 +741,11 @@ class CostModel:
     shared_step
         Extra slow-down of a part's step per additional part sharing its core
         (``1`` would be perfect time-slicing).
-    latency, byte
-        Per-layer exchange of model and hybrid runs with one part per core (s per layer,
-        s per byte moved between workers).
-    shared_latency, shared_byte
+    imbalance, latency, byte
+        Per-layer exchange of model and hybrid runs with one part per core: the layer
+        waits for its slowest part (``imbalance`` x the mean step more), then for the
+        synchronisation (s per layer) and the pieces (s per byte moved between workers).
+    shared_imbalance, shared_latency, shared_byte
         The same with several parts per core (the hybrid on fewer cores than parts; one
         group's exchange then overlaps another's compute).
     data_run, data_task, data_gather, model_run, model_gather
@@ -776,8 +782,10 @@ class CostModel:
     part_step: float = 0.0
     busy: float = 1.0
     shared_step: float = 1.0
+    imbalance: float = 0.0
     latency: float = 0.0
     byte: float = 0.0
+    shared_imbalance: float = 0.0
     shared_latency: float = 0.0
     shared_byte: float = 0.0
     data_run: float = 0.0
@@ -941,10 +949,10 @@ class CostModel:
             t = trace.assign(total=trace[["seconds", "send_s", "wait_s", "deserialise_s"]]
                              .fillna(0.0).sum(axis=1))
             per_layer = t.groupby("layer").agg(total=("total", "mean"),
-                                               step=("seconds", "max"),
+                                               step=("seconds", "mean"),
                                                moved=("bytes_in", "sum"))
             ex, ey = exchange[min(share, 2)]
-            ex.append(np.column_stack([np.ones(len(per_layer)),
+            ex.append(np.column_stack([per_layer["step"], np.ones(len(per_layer)),
                                        per_layer["moved"].fillna(0.0)]))
             ey.append((per_layer["total"] - per_layer["step"]).to_numpy())
             model_x.append([1.0, _output_nnz(trace, n_layers)])
@@ -959,18 +967,18 @@ class CostModel:
         shared_step = (max(0.0, _ratio(measured - alone_steps, alone_steps * extra))
                        if shared else 1.0)
         exchange_coef = {}
-        for share, names in ((1, ["latency", "byte"]),
-                             (2, ["shared_latency", "shared_byte"])):
+        for share, names in ((1, ["imbalance", "latency", "byte"]),
+                             (2, ["shared_imbalance", "shared_latency", "shared_byte"])):
             ex, ey = exchange[share]
-            x = np.vstack(ex) if ex else np.zeros((0, 2))
+            x = np.vstack(ex) if ex else np.zeros((0, 3))
             y = np.concatenate(ey) if ey else np.zeros(0)
             exchange_coef.update(_fit(x, y, names))
             residuals[names[0]] = _rel_rms(x, y, dict(zip(names, [exchange_coef[m]
                                                                   for m in names],
                                                               strict=True)))
         if not exchange[2][0]:  # no shared-core runs: assume the one-part-per-core figures
-            exchange_coef["shared_latency"] = exchange_coef["latency"]
-            exchange_coef["shared_byte"] = exchange_coef["byte"]
+            for name in ("imbalance", "latency", "byte"):
+                exchange_coef[f"shared_{name}"] = exchange_coef[name]
         data_coef = _fit(np.array(data_x), np.array(data_y),
                          ["data_run", "data_task", "data_gather"])
         model_coef = _fit(np.array(model_x), np.array(model_y),
@@ -1056,13 +1064,11 @@ class CostModel:
         edges = self.weights_per_row * n * layers
         if strategy in SERIAL or strategy == "data":
             n_blocks = 1 if strategy in SERIAL else int(blocks or workers)
-            if n_blocks < 1:
-                raise ValueError(f"blocks must be >= 1, got {blocks}")
-            shares = profile.split(n_blocks, row_partition) if n_blocks > 1 else [profile]
-            factor = self.busy if strategy == "data" and min(n_blocks, workers) > 1 else 1.0
-            times = np.array([self._block_seconds(s, settings) for s in shares]) * factor / speed
+            times = self.block_seconds(profile, n_blocks, row_partition, settings)
+            if strategy == "data" and min(n_blocks, workers) > 1:
+                times = times * self.busy
             per_worker = np.zeros(workers if strategy == "data" else 1)
-            for b, t in enumerate(times):  # round robin, as client.scatter places them
+            for b, t in enumerate(times / speed):  # round robin, as client.scatter does
                 per_worker[b % len(per_worker)] += t
             overhead = 0.0
             if strategy == "data":
@@ -1090,21 +1096,27 @@ class CostModel:
         for g, part_share in enumerate(shares):
             remote = [len({int(slots[g, q]) for q in range(k) if q != p} - {int(slots[g, p])})
                       for p in range(k)]
+            made_by = "sparse"  # level 0 is cut from the input rows, 256-row blocks
             for layer in range(layers):
                 rows_in, level = float(part_share.live[layer]), float(part_share.nnz[layer])
-                kw, pw, _ = _part_work(rows_in, level * n_in / n,
-                                       float(part_share.nnz[layer + 1]) / k, n_in, n_out,
-                                       self.weights_per_row * n_out / n_in, settings)
+                kw, pw, mode = _part_work(rows_in, level * n_in / n,
+                                          float(part_share.nnz[layer + 1]) / k, n_in, n_out,
+                                          self.weights_per_row * n_out / n_in, settings)
                 seconds = factor * float(kw @ kvec) + float(pw @ pvec) / speed
-                step[layer] = max(step[layer], seconds * slowdown)
-                piece = _payload(rows_in, level / k * cross_fraction,
-                                 n_out * cross_fraction)
+                step[layer] += seconds * slowdown / len(shares)  # the mean part step
+                block_rows = (_part_chunk_rows(n_in, n_out, settings) if made_by == "dense"
+                              else 256)
+                piece = _payload(rows_in, level / k * cross_fraction, n_out * cross_fraction,
+                                 block_rows)
                 moved[layer] += piece * sum(remote)
+                made_by = mode
+        imbalance = self.imbalance if share == 1 else self.shared_imbalance
         per_layer = self.latency if share == 1 else self.shared_latency
         per_byte = self.byte if share == 1 else self.shared_byte
+        compute = float(step.sum()) * (1.0 + imbalance)
         overhead = self.model_run + self.model_gather * float(profile.nnz[-1])
         return self._prediction(strategy, workers, n, layers, rows, k, groups,
-                                float(step.sum()), per_layer * layers,
+                                compute, per_layer * layers,
                                 per_byte * float(moved.sum()), overhead,
                                 float(moved.sum()), edges, profile)
 
@@ -1128,6 +1140,18 @@ class CostModel:
                                                  self.weights_per_row)
         return work, block, modes
 
+    def block_seconds(self, survival: Survival, blocks: int = 1,
+                      row_partition: str = "block",
+                      settings: KernelSettings | None = None) -> np.ndarray:
+        """Predicted ``compute_s`` of each of ``blocks`` row blocks of ``survival``'s rows,
+        each run alone by the serial kernel (data parallelism multiplies them by
+        :attr:`busy` when several workers compute at once)."""
+        if int(blocks) < 1:
+            raise ValueError(f"blocks must be >= 1, got {blocks}")
+        settings = settings or self.settings
+        shares = survival.split(int(blocks), row_partition) if blocks > 1 else [survival]
+        return np.array([self._block_seconds(s, settings) for s in shares])
+
     def _block_seconds(self, share: Survival, settings: KernelSettings) -> float:
         """Predicted ``compute_s`` of one block of the serial kernel, alone."""
         if share.rows == 0 or share.live[0] == 0:
@@ -1147,6 +1171,13 @@ class CostModel:
         frame.insert(0, "layer", np.arange(1, len(modes) + 1))
         frame["seconds"] = work @ self._vector(KERNEL_TERMS)
         return frame
+
+    def with_coefficients(self, **changes: float) -> CostModel:
+        """A copy with some coefficients replaced (what-if projections)."""
+        unknown = sorted(set(changes) - set(ALL_TERMS))
+        if unknown:
+            raise ValueError(f"unknown terms {unknown}; see CostModel.terms()")
+        return replace(self, **changes)
 
 
 # --------------------------------------------------------------------------------------
@@ -1309,7 +1340,10 @@ def projection_table(model: CostModel, runs: pd.DataFrame, layers: pd.DataFrame,
     profile of its own inputs: the per-row one in ``profiles`` (by ``(neurons, layers,
     inputs)``, or one with more layers and rows, cut down) when given, else the aggregated
     profile read off the run's own layer records (:meth:`Survival.from_records`). So the
-    table tests the time model, not the extrapolation of survival.
+    table tests the time model, not the extrapolation of survival. Model and hybrid runs
+    are projected with the share of the other parts' columns their partition made each
+    part read (``columns_in`` of the layer records: 1 for contiguous, hashed or random
+    parts of a RadiX-Net layer, less for a hypergraph partition).
 
     Returns
     -------
@@ -1337,8 +1371,12 @@ def projection_table(model: CostModel, runs: pd.DataFrame, layers: pd.DataFrame,
             if run["partition"] in ("block", "hash"):
                 kwargs["row_partition"] = run["partition"]
         if strategy in ("model", "hybrid"):
-            kwargs["parts"] = int(run["parts"])
+            k = int(run["parts"])
+            kwargs["parts"] = k
             kwargs["row_groups"] = int(run["row_groups"])
+            read = layers.loc[layers["run_id"] == rid, "columns_in"].mean()
+            if k > 1 and pd.notna(read):  # the partition's measured share of columns read
+                kwargs["cross_fraction"] = float(min(1.0, read / (n - n / k)))
         projected = model.predict(strategy, **kwargs).seconds
         measured = float(run["wall_s"])
         rows.append({"run_id": rid, "network": run["network"], "neurons": n,
@@ -1396,7 +1434,9 @@ def project_published(model: CostModel, survival: Survival | None = None, *,
     -------
     dict
         ``prediction`` (:class:`Prediction`), ``published_s`` (51), ``ratio`` (projected /
-        published), ``assumptions`` (list of strings).
+        published), ``mean_block_s`` and ``max_block_s`` (a worker's compute: the run waits
+        for the slowest, whose block happens to hold the most survivors), ``assumptions``
+        (list of strings).
     """
     p = PUBLISHED
     n, n_layers, rows = p["neurons"], p["layers"], p["inputs"]
@@ -1424,6 +1464,8 @@ def project_published(model: CostModel, survival: Survival | None = None, *,
                            f"{n_layers} layers and rows repeated to {rows}")
     prediction = model.predict("data", workers=workers, neurons=n, layers=n_layers,
                                rows=rows, survival=survival, speed=speed)
+    blocks = model.block_seconds(survival.extended(n_layers).resized(rows), workers)
+    blocks = blocks * (model.busy if workers > 1 else 1.0) / speed
     gather = float(survival.extended(n_layers).resized(rows).nnz[-1]) * 8.0
     network_s = gather / (bandwidth_gbit_s * 1e9 / 8.0)
     local_gather = model.data_gather * float(survival.extended(n_layers).resized(rows)
@@ -1433,7 +1475,8 @@ def project_published(model: CostModel, survival: Survival | None = None, *,
                          overhead_s=prediction.overhead_s - local_gather + network_s,
                          edges_per_s=rows * p["edges"] / seconds)
     return {"prediction": prediction, "published_s": p["seconds"],
-            "ratio": seconds / p["seconds"], "assumptions": assumptions}
+            "ratio": seconds / p["seconds"], "mean_block_s": float(blocks.mean()),
+            "max_block_s": float(blocks.max()), "assumptions": assumptions}
 
 
 def _carry_over(base: Survival, neurons: int) -> Survival:

@@ -36,8 +36,8 @@ TRUE = CostModel(
     sparse_scan=1.3e-9, sparse_call=3.0e-5, to_dense=3.0e-10, to_sparse=6.0e-9,
     to_sparse_nnz=2.0e-9, to_sparse_call=1.0e-4, block=4.0e-4, block_row=2.0e-7,
     repack=5.0e-10, part_entry=1.5e-9, part_nnz=4.0e-9, part_step=5.0e-5, busy=1.3,
-    shared_step=0.7, latency=4.0e-4, byte=1.0e-9, shared_latency=2.0e-4,
-    shared_byte=5.0e-10, data_run=0.012, data_task=0.003, data_gather=2.0e-8,
+    shared_step=0.7, imbalance=0.05, latency=4.0e-4, byte=1.0e-9, shared_imbalance=0.12,
+    shared_latency=2.0e-4, shared_byte=5.0e-10, data_run=0.012, data_task=0.003, data_gather=2.0e-8,
     model_run=0.015, model_gather=1.0e-8, settings=SETTINGS,
 )
 
@@ -130,6 +130,7 @@ def synthetic_model_records(model: CostModel, seed: int = 1, runs: int = 16):
         per_core = 2 if hybrid else 1
         latency = model.shared_latency if hybrid else model.latency
         per_byte = model.shared_byte if hybrid else model.byte
+        imbalance = model.shared_imbalance if hybrid else model.imbalance
         rid = f"{'h' if hybrid else 'm'}{i}"
         n_out = n / k
         parts = {}
@@ -156,17 +157,17 @@ def synthetic_model_records(model: CostModel, seed: int = 1, runs: int = 16):
                     "bytes_in": float(rng.integers(10_000, 5_000_000)),
                     "send_s": 0.0, "deserialise_s": 0.0,
                 }
+        per_layer = []
         for layer in range(1, n_layers + 1):
             moved = sum(rows_of[b, layer]["bytes_in"] for b in parts)
-            slowest = steps[:, layer - 1].max()
+            mean = steps[:, layer - 1].mean()
+            per_layer.append((1 + imbalance) * mean + latency + per_byte * moved)
             for b in parts:
                 r = rows_of[b, layer]
                 r["seconds"] = steps[b, layer - 1]
-                r["wait_s"] = latency + per_byte * moved + slowest - steps[b, layer - 1]
+                r["wait_s"] = per_layer[-1] - steps[b, layer - 1]  # all end the layer together
                 layer_rows.append(r)
-        loop = sum(steps[:, j].max() + latency
-                   + per_byte * sum(rows_of[b, j + 1]["bytes_in"] for b in parts)
-                   for j in range(n_layers))
+        loop = sum(per_layer)
         out_nnz = sum(rows_of[b, n_layers]["nnz_out"] for b in parts)
         wall = loop + model.model_run + model.model_gather * out_nnz
         for b in parts:
@@ -245,6 +246,9 @@ def test_prediction_terms_add_up_and_scale():
                      survival=profile)
     assert p.seconds == pytest.approx(p.compute_s + p.latency_s + p.communication_s
                                       + p.overhead_s)
+    balanced = TRUE.with_coefficients(imbalance=0.0).predict(
+        "model", workers=2, neurons=1024, layers=30, rows=10000, parts=2, survival=profile)
+    assert p.compute_s == pytest.approx(balanced.compute_s * (1 + TRUE.imbalance))
     assert p.latency_s == pytest.approx(30 * TRUE.latency)
     assert p.communication_s == pytest.approx(TRUE.byte * p.bytes_moved)
     assert p.bytes_moved > 0
