@@ -245,7 +245,10 @@ def main(argv: list[str] | None = None) -> int:
         p = result["prediction"]
         print(f"\nprojection of 65536-1920 (60000 inputs) on 896 workers: {p.seconds:.1f} s "
               f"({p.edges_per_s:.3g} edges/s) against the published {result['published_s']:g}"
-              f" s; compute {p.compute_s:.1f} s, overhead {p.overhead_s:.2f} s")
+              f" s: the slowest worker's block {result['max_block_s']:.1f} s "
+              f"({result['survivors']['max']:.0f} survivors), the mean block "
+              f"{result['mean_block_s']:.1f} s ({result['survivors']['mean']:.1f} survivors: "
+              f"the time with perfectly balanced survivors); overhead {p.overhead_s:.2f} s")
         for line in result["assumptions"]:
             print(f"  - {line}")
     print(f"\n({time.perf_counter() - start:.0f} s in all)")

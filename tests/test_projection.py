@@ -286,8 +286,13 @@ def test_project_published_states_its_assumptions():
     assert p.edges_per_s == pytest.approx(60000 * 4_026_531_840 / p.seconds)
     text = " ".join(result["assumptions"])
     assert "100 Gb/s" in text and "per-core speed" in text and "repeated to 1920" in text
+    assert p.compute_s == pytest.approx(result["max_block_s"])
+    assert result["mean_block_s"] <= result["max_block_s"]
+    assert result["survivors"]["mean"] == pytest.approx(profile.live[-1] * 100 / 896)
     slower = project_published(TRUE, profile, speed=0.5)["prediction"]
     assert slower.compute_s == pytest.approx(2 * p.compute_s)
+    with pytest.raises(ValueError, match="not 65536"):
+        project_published(TRUE, _aggregated())
 
 
 # --------------------------------------------------------------------------------------
