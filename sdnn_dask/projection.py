@@ -186,6 +186,14 @@ class Survival:
     level_map, row_map
         Per-row profiles: the measured level and row each level and row of this profile
         is (so resizing to 60000 rows or extending to 1920 layers copies nothing).
+
+    Examples
+    --------
+    >>> s = Survival(1024, np.array([10, 4, 4]), np.array([1000, 4096, 4096]), rows=10)
+    >>> s.extended(4).live.tolist()  # the last level repeated
+    [10, 4, 4, 4, 4]
+    >>> s.resized(20).nnz.tolist()  # twice the rows
+    [2000.0, 8192.0, 8192.0]
     """
 
     neurons: int
