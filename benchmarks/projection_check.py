@@ -22,6 +22,11 @@ Run::
     python benchmarks/projection_check.py                 # measure (~4-5 min on 2 cores)
     python benchmarks/projection_check.py --out DIR       # ... and keep the records
     python benchmarks/projection_check.py --results DIR   # re-fit records kept before
+
+``--results`` reads ``records.csv`` and ``layers.csv`` of a folder: those this script
+wrote with ``--out``, or any with runs of generated networks (seed 0) at these points
+(``sdnn-dask compare -N 4096 -L 60 -n 12000 --results DIR``, ...); the inputs' survival
+profiles are recomputed from the same generator.
 """
 
 from __future__ import annotations
@@ -172,12 +177,33 @@ def point_of(runs: pd.DataFrame) -> pd.Series:
                      index=runs.index)
 
 
+def config_of(runs: pd.DataFrame) -> pd.Series:
+    """The configuration label of each record (the ``config`` column, else derived)."""
+    derived = pd.Series("other", index=runs.index)
+    for label, (strategy, workers, _, groups) in CONFIGS.items():
+        derived[(runs["strategy"] == strategy) & (runs["workers"] == workers)
+                & (runs["row_groups"] == (groups if strategy != "data" else workers))] = label
+    kernel = runs["strategy"] == "kernel"
+    if "dense_threshold" in runs:
+        derived[kernel] = np.where(runs.loc[kernel, "dense_threshold"].fillna(0.05) > 1,
+                                   "kernel-sparse", "kernel")
+    else:
+        derived[kernel] = "kernel"
+    if "config" in runs:
+        return runs["config"].fillna(derived)
+    return derived
+
+
 def validation_table(model: CostModel, runs: pd.DataFrame,
                      profiles: dict[tuple[int, int, int], Survival]) -> pd.DataFrame:
     """Per (point, configuration): median measured wall seconds and the prediction."""
     first = runs.drop_duplicates("run_id")
+    first = first.assign(config=config_of(first))
+    first = first[first["config"] != "other"]
     rows = []
     for (point, label), group in first.groupby([point_of(first), "config"], sort=False):
+        if point not in CALIBRATION + HELD_OUT:
+            continue
         strategy, workers, parts, groups = CONFIGS.get(label, ("kernel", 1, None, 1))
         n, n_layers, n_rows = point
         profile = next(p for (pn, pl, pr), p in profiles.items()
@@ -222,8 +248,12 @@ def main(argv: list[str] | None = None) -> int:
             args.out.mkdir(parents=True, exist_ok=True)
             runs.to_csv(args.out / "records.csv", index=False)
             layers.to_csv(args.out / "layers.csv", index=False)
-    profiles = profiles_for(points)
     calibration = runs[point_of(runs).isin(CALIBRATION)]
+    if calibration.empty:
+        raise SystemExit("no records at the calibration points " + ", ".join(
+            f"N={n} L={n_layers} rows={rows}" for n, n_layers, rows in CALIBRATION))
+    recorded = set(point_of(runs))
+    profiles = profiles_for([p for p in points if p in recorded])
     model = CostModel.calibrate(calibration, layers, profiles=profiles)
     table = validation_table(model, runs, profiles)
     pd.set_option("display.width", 200)

@@ -10,16 +10,16 @@ calibrated on what, the held-out errors and the published-network projection are
 which runs rows in chunks of ``c = chunk_bytes // (4 N)`` rows and picks, per chunk, a
 dense tile or sparse rows by the chunk's density)::
 
-    t_layer = a_fma * w * R_dense + a_tile * w * T_dense          (dense chunks)
-            + a_edge * d * Z_sparse + a_scan * N * R_sparse       (sparse chunks)
-            + a_dense * N * R_to_dense + a_sparse * N * R_to_sparse   (conversions)
-            + a_step * steps
+    t_layer = a_fma * w * R_dense + a_tile * w * T_dense + a_dcall * steps_dense
+            + a_edge * d * Z_sparse + a_scan * N * R_sparse + a_scall * steps_sparse
+            + a_dense * N * R_to_dense
+            + a_sparse * N * R_to_sparse + a_snnz * Z_to_sparse + a_stile * tiles_to_sparse
 
 with ``w = nnz(W_k)`` (32 N), ``d = w / N`` weights per row (32), ``R`` rows of chunks
 run dense or sparse, ``T`` their 256-row tiles, ``Z`` the nonzeros entering sparse
 chunks (``d * Z`` is the number of edges actually processed), ``R_to_*`` rows whose chunk
-changed form, ``steps`` chunk steps. A block adds ``b_0 + b_row * rows + b_pack * N *
-R_repacked + b_final * N * R_final`` (set-up, repacking, the final tiles made sparse).
+changed form. A block adds ``b_0 + b_row * rows + b_pack * N * R_repacked`` and the
+``to_sparse`` terms of its last tiles.
 
 **One layer of a model-parallel part** (:func:`~sdnn_dask.slabs.part_layer_step`) is
 priced with the same arithmetic coefficients on its share (``n_out = N / k`` outputs,
@@ -27,18 +27,22 @@ priced with the same arithmetic coefficients on its share (``n_out = N / k`` out
 tile from the pieces, writing the output), ``p_nnz * (nonzeros read + written)``
 (sparse) and ``p_step`` per part and layer.
 
-**A run**::
+**A run** (single-threaded workers)::
 
-    kernel:  sum of its block
-    data:    max over workers of the sum of its blocks + o_run + o_task * tasks
-             + o_gather * output nonzeros
-    model, hybrid:  sum over layers of [max over workers of the sum of its parts' steps
-             + lat + bytes_l / bandwidth] + m_run + m_gather * output nonzeros
+    kernel:  t_block
+    data:    max over workers of the sum of its blocks' busy * t_block
+             + o_run + o_task * tasks + o_gather * output nonzeros
+    model, hybrid:  sum over layers of [(1 + imbalance) * mean part step
+                                        * (1 + (m - 1) * shared_step)
+                                        + latency + byte * bytes_l]
+                    + m_run + m_gather * output nonzeros
 
-where ``tasks`` is the blocks the busiest worker runs, ``bytes_l`` the bytes of the
+where ``busy`` is the slow-down of compute while other workers compute too, ``tasks``
+the blocks the busiest worker runs, ``m`` the parts sharing the busiest worker (with
+``m > 1`` the ``shared_*`` exchange coefficients apply), ``bytes_l`` the bytes of the
 pieces sent between workers for layer ``l`` (predicted from the level's rows and
-nonzeros and the slab encoding: 8 bytes a nonzero and 8 a row, or a dense tile of 4
-bytes an entry once half the entries are nonzero).
+nonzeros and the slab encoding: 8 bytes a row id, then 8 bytes a nonzero, or a dense
+tile of 4 bytes an entry once half the entries are nonzero).
 
 **The survival profile** (:class:`Survival`) supplies the rows and nonzeros alive at
 every level, which is what the work depends on. Either per row (exact: the kernel's chunk
@@ -69,7 +73,14 @@ from .network import Network, as_csr32
 from .partition import make_row_partition
 
 __all__ = [
+    "ALL_TERMS",
+    "BLOCK_TERMS",
+    "EXCHANGE_TERMS",
+    "KERNEL_TERMS",
+    "PART_TERMS",
     "PUBLISHED",
+    "RUN_TERMS",
+    "SHARING_TERMS",
     "CostModel",
     "Prediction",
     "Survival",
