@@ -1482,6 +1482,9 @@ def project_published(model: CostModel, survival: Survival | None = None, *,
         f"(dense threshold {model.settings.dense_threshold:g} x (1 + 100 / {cr}) > 1)",
     ]
     if survival is None:
+        if not model.profiles:
+            raise ValueError("the model has no survival profile to carry over: pass "
+                             "survival= (Survival.measure of a 65536-neuron sample)")
         base = model.profiles[max(model.profiles)]
         survival = _carry_over(base, n)
         assumptions.append(

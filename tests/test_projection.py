@@ -414,6 +414,12 @@ def test_real_calibration_reproduces_its_own_runs(real_records):
     read = Survival.from_records(runs, layers, rid)
     assert read.nnz[1:].tolist() == profiles[1024, 12, 3000].nnz[1:].tolist()
     assert math.isfinite(model.bandwidth)
+    # the published projection from the calibration's own profile, carried over to 65536
+    published = project_published(model)
+    assert published["prediction"].seconds > 0
+    assert "carried over to N = 65536" in " ".join(published["assumptions"])
+    with pytest.raises(ValueError, match="no survival profile"):
+        project_published(TRUE)
 
 
 def test_network_prefix_is_the_same_network():
