@@ -1,0 +1,430 @@
+"""The cost model: calibration recovers known coefficients, predictions behave, the
+survival replay matches the kernel, and a real small calibration reproduces itself."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sdnn_dask.images import make_inputs
+from sdnn_dask.kernels import KernelSettings, forward_block
+from sdnn_dask.network import Network
+from sdnn_dask.projection import (
+    ALL_TERMS,
+    BLOCK_TERMS,
+    KERNEL_TERMS,
+    PART_TERMS,
+    CostModel,
+    Survival,
+    _kernel_estimate,
+    _kernel_schedule,
+    _part_work,
+    project_published,
+    projection_table,
+)
+from sdnn_dask.radixnet import make_network
+
+DENSITY = 0.1
+SETTINGS = KernelSettings(0.05, 1 << 20)
+
+TRUE = CostModel(
+    dense_fma=1.0e-10, dense_tile=5.0e-9, dense_call=2.0e-5, sparse_edge=1.1e-9,
+    sparse_scan=1.3e-9, sparse_call=3.0e-5, to_dense=3.0e-10, to_sparse=6.0e-9,
+    to_sparse_nnz=2.0e-9, to_sparse_call=1.0e-4, block=4.0e-4, block_row=2.0e-7,
+    repack=5.0e-10, part_entry=1.5e-9, part_nnz=4.0e-9, part_step=5.0e-5, busy=1.3,
+    shared_step=0.7, imbalance=0.05, latency=4.0e-4, byte=1.0e-9, shared_imbalance=0.12,
+    shared_latency=2.0e-4, shared_byte=5.0e-10, data_run=0.012, data_task=0.003, data_gather=2.0e-8,
+    model_run=0.015, model_gather=1.0e-8, settings=SETTINGS,
+)
+
+
+# --------------------------------------------------------------------------------------
+# Synthetic records from known coefficients
+
+
+def _levels(rng, rows: int, n: int, n_layers: int) -> tuple[np.ndarray, np.ndarray]:
+    """Decreasing live rows, with a density per level between 2% and 100%."""
+    live = [rows]
+    for _ in range(n_layers):
+        live.append(max(1, int(live[-1] * rng.uniform(0.35, 1.0))))
+    live = np.array(live, np.int64)
+    density = np.concatenate([[DENSITY], rng.uniform(0.02, 1.0, n_layers)])
+    nnz = np.maximum(live, np.round(live * n * density)).astype(np.int64)
+    nnz[0] = round(live[0] * n * DENSITY)
+    return live, nnz
+
+
+def _run_row(run_id: str, strategy: str, n: int, n_layers: int, inputs: int, **extra):
+    row = {"run_id": run_id, "study": "synthetic", "strategy": strategy,
+           "partition": "block", "network": f"synthetic-{n}-{n_layers}", "neurons": n,
+           "layers": n_layers, "edges": 32 * n * n_layers, "inputs": inputs, "workers": 1,
+           "blocks": 1, "parts": 1, "row_groups": 1, "transport": np.nan, "block": 0,
+           "worker": "w0", "rows": inputs, "survivors": 0, "compute_s": 0.0, "wall_s": 0.0}
+    row.update(extra)
+    return row
+
+
+def _block(model: CostModel, rng, n: int, n_layers: int, rows: int, settings):
+    """One synthetic block: its layer rows and its compute seconds (alone)."""
+    live, nnz = _levels(rng, rows, n, n_layers)
+    modes = [str(m) for m in rng.choice(["dense", "sparse"], n_layers)]
+    work, block, _, _ = _kernel_estimate(live, nnz, n, settings, 32.0, modes)
+    kvec = np.array([getattr(model, t) for t in KERNEL_TERMS])
+    full = np.concatenate([kvec, [getattr(model, t) for t in BLOCK_TERMS]])
+    seconds = work @ kvec
+    layer_rows = [{"layer": k + 1, "mode": modes[k], "rows_in": live[k],
+                   "rows_out": live[k + 1], "nnz_out": nnz[k + 1], "seconds": seconds[k]}
+                  for k in range(n_layers)]
+    return layer_rows, float(seconds.sum() + block @ full), live, nnz
+
+
+def synthetic_kernel_records(model: CostModel, seed: int = 0, runs: int = 40):
+    """Serial runs, and data-parallel runs on 2 workers, made from ``model``'s equations."""
+    rng = np.random.default_rng(seed)
+    run_rows, layer_rows = [], []
+    for i in range(runs):
+        n = int(rng.choice([256, 1024]))
+        chunk = int(rng.choice([1 << 18, 1 << 20, 1 << 22]))
+        settings = KernelSettings(0.05, chunk)
+        n_layers, rows = int(rng.integers(3, 9)), int(rng.integers(40, 3000))
+        layers, compute, *_ = _block(model, rng, n, n_layers, rows, settings)
+        rid = f"k{i}"
+        run_rows.append(_run_row(rid, "kernel", n, n_layers, rows, compute_s=compute,
+                                 wall_s=compute, chunk_bytes=chunk, dense_threshold=0.05))
+        layer_rows += [dict(r, run_id=rid, block=0) for r in layers]
+    for i in range(runs // 2):
+        n, n_layers = 1024, int(rng.integers(3, 9))
+        n_blocks = int(rng.choice([2, 4]))
+        rid, blocks, out_nnz = f"d{i}", [], 0
+        for b in range(n_blocks):
+            rows = int(rng.integers(200, 3000))
+            layers, compute, _, nnz = _block(model, rng, n, n_layers, rows, SETTINGS)
+            blocks.append((b, rows, model.busy * compute))
+            layer_rows += [dict(r, run_id=rid, block=b) for r in layers]
+            out_nnz += nnz[-1]
+        per_worker = [sum(c for b, _, c in blocks if b % 2 == w) for w in (0, 1)]
+        wall = (max(per_worker) + model.data_run + model.data_task * n_blocks / 2
+                + model.data_gather * out_nnz)
+        for b, rows, compute in blocks:
+            run_rows.append(_run_row(rid, "data", n, n_layers, sum(r for _, r, _ in blocks),
+                                     workers=2, blocks=n_blocks, row_groups=n_blocks,
+                                     block=b, worker=f"w{b % 2}", rows=rows,
+                                     compute_s=compute, wall_s=wall))
+    return pd.DataFrame(run_rows), pd.DataFrame(layer_rows)
+
+
+def synthetic_model_records(model: CostModel, seed: int = 1, runs: int = 16):
+    """Model (k = 2 on 2 workers) and hybrid (2 x 2 on 2 workers) runs."""
+    rng = np.random.default_rng(seed)
+    kvec = np.array([getattr(model, t) for t in KERNEL_TERMS])
+    pvec = np.array([getattr(model, t) for t in PART_TERMS])
+    run_rows, layer_rows = [], []
+    for i in range(runs):
+        hybrid = i % 2 == 1
+        groups, k, n = (2 if hybrid else 1), 2, 1024
+        n_layers = int(rng.integers(4, 10))
+        per_core = 2 if hybrid else 1
+        latency = model.shared_latency if hybrid else model.latency
+        per_byte = model.shared_byte if hybrid else model.byte
+        imbalance = model.shared_imbalance if hybrid else model.imbalance
+        rid = f"{'h' if hybrid else 'm'}{i}"
+        n_out = n / k
+        parts = {}
+        for g in range(groups):
+            live, nnz = _levels(rng, int(rng.integers(300, 4000)), n, n_layers)
+            for p in range(k):
+                parts[g * k + p] = (live, nnz)
+        steps = np.zeros((groups * k, n_layers))
+        rows_of = {}
+        for block, (live, nnz) in parts.items():
+            for layer in range(1, n_layers + 1):
+                foreign = float(nnz[layer - 1]) / 2  # the other part's half of the level
+                mine = float(nnz[layer - 1]) / 2
+                out = float(nnz[layer]) / 2
+                mode = str(rng.choice(["dense", "sparse"]))
+                kw, pw, _ = _part_work(float(live[layer - 1]), mine + foreign, out,
+                                       n_out + n_out, n_out, 32.0 * n_out / n, SETTINGS, mode)
+                alone = model.busy * float(kw @ kvec) + float(pw @ pvec)
+                steps[block, layer - 1] = alone * (1 + (per_core - 1) * model.shared_step)
+                rows_of[block, layer] = {
+                    "run_id": rid, "block": block, "layer": layer, "mode": mode,
+                    "rows_in": live[layer - 1], "rows_out": live[layer], "nnz_out": out,
+                    "columns_in": n_out, "nnz_in": foreign,
+                    "bytes_in": float(rng.integers(10_000, 5_000_000)),
+                    "send_s": 0.0, "deserialise_s": 0.0,
+                }
+        per_layer = []
+        for layer in range(1, n_layers + 1):
+            moved = sum(rows_of[b, layer]["bytes_in"] for b in parts)
+            mean = steps[:, layer - 1].mean()
+            per_layer.append((1 + imbalance) * mean + latency + per_byte * moved)
+            for b in parts:
+                r = rows_of[b, layer]
+                r["seconds"] = steps[b, layer - 1]
+                r["wait_s"] = per_layer[-1] - steps[b, layer - 1]  # all end the layer together
+                layer_rows.append(r)
+        loop = sum(per_layer)
+        out_nnz = sum(rows_of[b, n_layers]["nnz_out"] for b in parts)
+        wall = loop + model.model_run + model.model_gather * out_nnz
+        for b in parts:
+            run_rows.append(_run_row(rid, "hybrid" if hybrid else "model", n, n_layers,
+                                     int(sum(parts[g * k][0][0] for g in range(groups))),
+                                     workers=2, blocks=groups * k, parts=k,
+                                     row_groups=groups, transport="direct", block=b,
+                                     worker=f"w{b % 2}", compute_s=steps[b].sum(),
+                                     wall_s=wall))
+    return pd.DataFrame(run_rows), pd.DataFrame(layer_rows)
+
+
+def _synthetic():
+    kr, kl = synthetic_kernel_records(TRUE)
+    mr, ml = synthetic_model_records(TRUE)
+    return pd.concat([kr, mr], ignore_index=True), pd.concat([kl, ml], ignore_index=True)
+
+
+def test_calibration_recovers_known_coefficients():
+    runs, layers = _synthetic()
+    fitted = CostModel.calibrate(runs, layers, input_density=DENSITY, settings=SETTINGS)
+    for name in ALL_TERMS:
+        assert getattr(fitted, name) == pytest.approx(getattr(TRUE, name), rel=1e-5), name
+    assert fitted.calibrated_on == frozenset(runs["run_id"])
+    assert fitted.weights_per_row == 32
+
+
+def test_calibration_selection_and_robustness():
+    runs, layers = _synthetic()
+    # a selection keeps only some runs: model terms cannot be fitted without model runs
+    kernel_only = CostModel.calibrate(runs, layers, input_density=DENSITY,
+                                      settings=SETTINGS, strategy=["kernel", "data"])
+    assert kernel_only.dense_fma == pytest.approx(TRUE.dense_fma, rel=1e-5)
+    assert kernel_only.latency == 0 and kernel_only.part_entry == 0
+    assert all(rid.startswith(("k", "d")) for rid in kernel_only.calibrated_on)
+    # one layer of one run preempted for 50 ms (a burst of load) does not move the fit
+    spiked = layers.copy()
+    at = spiked.index[(spiked["run_id"] == "k3") & (spiked["layer"] == 2)][0]
+    spiked.loc[at, "seconds"] += 0.05
+    runs2 = runs.copy()
+    runs2.loc[runs2["run_id"] == "k3", ["compute_s", "wall_s"]] += 0.05
+    robust = CostModel.calibrate(runs2, spiked, input_density=DENSITY, settings=SETTINGS)
+    for name in KERNEL_TERMS:
+        assert getattr(robust, name) == pytest.approx(getattr(TRUE, name), rel=0.02,
+                                                      abs=1e-12), name
+    with pytest.raises(ValueError, match="no such column"):
+        CostModel.calibrate(runs, layers, colour="red")
+    with pytest.raises(ValueError, match="match the selection"):
+        CostModel.calibrate(runs, layers, neurons=7)
+
+
+# --------------------------------------------------------------------------------------
+# Predictions
+
+
+def _aggregated(n: int = 1024, n_layers: int = 30, rows: int = 10000) -> Survival:
+    rng = np.random.default_rng(5)
+    live, nnz = _levels(rng, rows, n, n_layers)
+    return Survival(n, live, nnz, rows, None, "synthetic")
+
+
+@pytest.mark.parametrize("strategy,workers,parts,groups", [
+    ("kernel", 1, None, 1), ("data", 1, None, 1), ("data", 2, None, 1),
+    ("model", 2, 2, 1), ("hybrid", 2, 2, 2), ("data", 896, None, 1)])
+def test_more_rows_or_layers_take_longer(strategy, workers, parts, groups):
+    profile = _aggregated()
+    seconds = [TRUE.predict(strategy, workers=workers, neurons=1024, layers=layers, rows=rows,
+                            parts=parts, row_groups=groups, survival=profile).seconds
+               for layers, rows in [(30, 2000), (30, 8000), (30, 40000), (60, 40000)]]
+    assert all(a < b for a, b in itertools.pairwise(seconds)), seconds
+
+
+def test_prediction_terms_add_up_and_scale():
+    profile = _aggregated()
+    p = TRUE.predict("model", workers=2, neurons=1024, layers=30, rows=10000, parts=2,
+                     survival=profile)
+    assert p.seconds == pytest.approx(p.compute_s + p.latency_s + p.communication_s
+                                      + p.overhead_s)
+    balanced = TRUE.with_coefficients(imbalance=0.0).predict(
+        "model", workers=2, neurons=1024, layers=30, rows=10000, parts=2, survival=profile)
+    assert p.compute_s == pytest.approx(balanced.compute_s * (1 + TRUE.imbalance))
+    assert p.latency_s == pytest.approx(30 * TRUE.latency)
+    assert p.communication_s == pytest.approx(TRUE.byte * p.bytes_moved)
+    assert p.bytes_moved > 0
+    assert p.edges_per_s == pytest.approx(10000 * 32 * 1024 * 30 / p.seconds)
+    # twice as fast cores halve the compute, not the exchange
+    fast = TRUE.predict("model", workers=2, neurons=1024, layers=30, rows=10000, parts=2,
+                        survival=profile, speed=2.0)
+    assert fast.compute_s == pytest.approx(p.compute_s / 2)
+    assert fast.latency_s == p.latency_s and fast.communication_s == p.communication_s
+    # two workers: the busiest gets half the blocks, each slowed by `busy`
+    one = TRUE.predict("data", workers=1, neurons=1024, layers=30, rows=10000, blocks=2,
+                       survival=profile)
+    two = TRUE.predict("data", workers=2, neurons=1024, layers=30, rows=10000, blocks=2,
+                       survival=profile)
+    assert two.compute_s == pytest.approx(one.compute_s / 2 * TRUE.busy, rel=0.05)
+    # a hypergraph-like partition that reads half the other part's columns moves less
+    half = TRUE.predict("model", workers=2, neurons=1024, layers=30, rows=10000, parts=2,
+                        survival=profile, cross_fraction=0.5)
+    assert half.bytes_moved < p.bytes_moved
+    with pytest.raises(ValueError, match="strategy"):
+        TRUE.predict("magic", workers=1, neurons=1024, layers=3, rows=10, survival=profile)
+    with pytest.raises(ValueError, match="N = 1024, not 4096"):
+        TRUE.predict("data", workers=1, neurons=4096, layers=3, rows=10, survival=profile)
+    with pytest.raises(ValueError, match="no survival profile"):
+        TRUE.predict("data", workers=1, neurons=1024, layers=3, rows=10)
+
+
+def test_project_published_states_its_assumptions():
+    profile = _aggregated(n=65536, n_layers=20, rows=600)
+    result = project_published(TRUE, profile, bandwidth_gbit_s=100)
+    p = result["prediction"]
+    assert (p.neurons, p.layers, p.rows, p.workers) == (65536, 1920, 60000, 896)
+    assert result["published_s"] == 51
+    assert result["ratio"] == pytest.approx(p.seconds / 51)
+    assert p.edges_per_s == pytest.approx(60000 * 4_026_531_840 / p.seconds)
+    text = " ".join(result["assumptions"])
+    assert "100 Gb/s" in text and "per-core speed" in text and "repeated to 1920" in text
+    assert p.compute_s == pytest.approx(result["max_block_s"])
+    assert result["mean_block_s"] <= result["max_block_s"]
+    assert result["survivors"]["mean"] == pytest.approx(profile.live[-1] * 100 / 896)
+    slower = project_published(TRUE, profile, speed=0.5)["prediction"]
+    assert slower.compute_s == pytest.approx(2 * p.compute_s)
+    with pytest.raises(ValueError, match="not 65536"):
+        project_published(TRUE, _aggregated())
+
+
+# --------------------------------------------------------------------------------------
+# The survival profile and the kernel's schedule
+
+
+@pytest.fixture(scope="module")
+def small_network():
+    return make_network(1024, 16, seed=0)
+
+
+@pytest.fixture(scope="module")
+def small_inputs():
+    return make_inputs(1500, 1024, seed=0)
+
+
+@pytest.mark.parametrize("threshold,chunk", [(0.05, 1 << 20), (0.05, 1 << 16), (2.0, 1 << 20),
+                                             (0.0, 1 << 20), (0.3, 1 << 18)])
+def test_replayed_schedule_matches_the_kernel(small_network, small_inputs, threshold, chunk):
+    profile = Survival.measure(small_network, small_inputs)
+    trace = forward_block(small_network, small_inputs, dense_threshold=threshold,
+                          chunk_bytes=chunk).trace
+    counts, levels = profile.row_counts()
+    work, block, modes = _kernel_schedule(counts, levels, 1024, KernelSettings(threshold,
+                                                                                 chunk), 32)
+    assert modes == trace["mode"].tolist()
+    assert profile.live[1:].tolist() == trace["rows_out"].tolist()
+    assert profile.nnz[1:].tolist() == trace["nnz_out"].tolist()
+    assert profile.live[:-1].tolist()[1:] == trace["rows_in"].tolist()[1:]
+    dense = trace["mode"] == "dense"
+    assert (work[dense.to_numpy(), 3] == 0).all()  # no sparse edges in a dense layer
+    assert (work[(trace["mode"] == "sparse").to_numpy(), 0] == 0).all()
+    assert block[len(KERNEL_TERMS) + 1] == 1500
+
+
+def test_survival_resized_extended_split(small_network, small_inputs):
+    profile = Survival.measure(small_network, small_inputs)
+    assert profile.per_row and profile.rows == 1500 and profile.layers == 16
+    assert profile.live[0] == (np.diff(small_inputs.indptr) > 0).sum()
+    assert profile.nnz[0] == small_inputs.nnz
+    prefix = profile.resized(500)
+    assert prefix.nnz.tolist() == Survival.measure(small_network, small_inputs[:500]).nnz.tolist()
+    tripled = profile.resized(4500)
+    assert tripled.live.tolist() == (3 * profile.live).tolist()
+    longer = profile.extended(40)
+    assert longer.layers == 40 and (longer.nnz[16:] == profile.nnz[16]).all()
+    assert profile.extended(8).nnz.tolist() == profile.nnz[:9].tolist()
+    blocks = profile.split(3)
+    assert sum(b.rows for b in blocks) == 1500
+    assert np.sum([b.nnz for b in blocks], axis=0).tolist() == profile.nnz.tolist()
+    table = profile.table()
+    assert table["nnz_in"].tolist()[1:] == table["nnz_out"].tolist()[:-1]
+    aggregated = Survival(1024, profile.live, profile.nnz, 1500)
+    assert aggregated.resized(3000).nnz[3] == 2 * profile.nnz[3]
+    assert sum(b.rows for b in aggregated.split(4)) == 1500
+    with pytest.raises(ValueError):
+        aggregated.row_counts()
+
+
+def test_extended_schedule_copies_the_plateau(small_network, small_inputs):
+    profile = Survival.measure(small_network, small_inputs).extended(200)
+    counts, levels = profile.row_counts()
+    fast = _kernel_schedule(counts, levels, 1024, SETTINGS, 32)
+    every = np.ascontiguousarray(profile.counts[profile.level_map])
+    slow = _kernel_schedule(every, np.arange(201), 1024, SETTINGS, 32)
+    assert np.allclose(fast[0], slow[0]) and np.allclose(fast[1], slow[1])
+    assert fast[2] == slow[2]
+
+
+# --------------------------------------------------------------------------------------
+# A real small calibration
+
+
+@pytest.fixture(scope="module")
+def real_records(client):
+    from sdnn_dask.parallel import DataParallelExecutor, ModelParallelExecutor, run_serial
+    from sdnn_dask.records import layer_records, records_frame, run_records
+
+    net = make_network(1024, 12, seed=0)
+    first = sorted(client.scheduler_info()["workers"])[:1]
+    one, two = DataParallelExecutor(client, net, workers=first), DataParallelExecutor(client,
+                                                                                      net)
+    model = ModelParallelExecutor(client, net)
+    inputs = make_inputs(3000, 1024, seed=0)
+    runs, layers = [], []
+    for _ in range(2):
+        for rows in (600, 1500, 3000):
+            x = inputs[:rows]
+            for result in (run_serial(net, x, "kernel"),
+                           one.run(x, n_blocks=1), two.run(x, n_blocks=2),
+                           model.run(x, partition="block", k=2),
+                           model.run(x, partition="block", k=2, row_groups=2)):
+                runs.append(run_records(result, study="test"))
+                layers.append(layer_records(result, study="test"))
+    profile = Survival.measure(net, inputs)
+    return records_frame(runs), records_frame(layers), {(1024, 12, 3000): profile}
+
+
+def test_real_calibration_reproduces_its_own_runs(real_records):
+    runs, layers, profiles = real_records
+    model = CostModel.calibrate(runs, layers, profiles=profiles)
+    # every coefficient is physical: nothing negative, the main ones positive
+    assert all(v >= 0 for v in model.coefficients().values())
+    assert model.dense_fma > 0 and model.latency > 0 and model.busy >= 1
+    table = projection_table(model, runs, layers, profiles=profiles)
+    assert len(table) == runs["run_id"].nunique() and not table["held_out"].any()
+    assert set(table.columns) >= {"network", "strategy", "partition", "workers", "rows",
+                                  "measured_s", "projected_s", "error_pct", "held_out"}
+    # loose: tiny runs (milliseconds) on a shared 2-core machine
+    error = table.groupby(["strategy", "workers", "rows"])["error_pct"].median().abs()
+    assert error.median() < 30, table
+    assert error.max() < 100, table
+    # the aggregated profile read off the records gives the same levels as measured
+    rid = runs.loc[(runs["strategy"] == "kernel") & (runs["inputs"] == 3000), "run_id"].iloc[0]
+    read = Survival.from_records(runs, layers, rid)
+    assert read.nnz[1:].tolist() == profiles[1024, 12, 3000].nnz[1:].tolist()
+    assert read.nnz[0] == pytest.approx(profiles[1024, 12, 3000].nnz[0], rel=0.1)
+    rid = runs.loc[(runs["strategy"] == "model") & (runs["inputs"] == 3000), "run_id"].iloc[0]
+    read = Survival.from_records(runs, layers, rid)
+    assert read.nnz[1:].tolist() == profiles[1024, 12, 3000].nnz[1:].tolist()
+    assert math.isfinite(model.bandwidth)
+    # the published projection from the calibration's own profile, carried over to 65536
+    published = project_published(model)
+    assert published["prediction"].seconds > 0
+    assert "carried over to N = 65536" in " ".join(published["assumptions"])
+    with pytest.raises(ValueError, match="no survival profile"):
+        project_published(TRUE)
+
+
+def test_network_prefix_is_the_same_network():
+    """The check script times L-layer prefixes of one generated network."""
+    long, short = make_network(1024, 12, seed=0), make_network(1024, 7, seed=0)
+    assert all((a != b).nnz == 0 for a, b in zip(long.layers[:7], short.layers, strict=True))
+    net = Network(long.layers[:7], bias=long.bias, ymax=long.ymax)
+    assert net.edges == short.edges
