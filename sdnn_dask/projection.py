@@ -58,6 +58,7 @@ assumes the last measured level repeats (the survivors plateau: on 1024-120 fewe
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -1526,3 +1527,91 @@ def _carry_over(base: Survival, neurons: int) -> Survival:
     return Survival(int(neurons), base.live.copy(),
                     np.round(live * density * neurons).astype(np.int64), base.rows, None,
                     f"{base.source}, carried over to N = {neurons}")
+
+
+# --------------------------------------------------------------------------- the report
+
+#: Generated networks are named ``radixnet-{N}-{L}-s{seed}`` (:func:`sdnn_dask.radixnet.
+#: make_network`): enough, with the rows, to make their inputs again.
+_GENERATED = re.compile(r"^radixnet-(\d+)-(\d+)-s(\d+)$")
+
+
+def generated_profiles(runs: pd.DataFrame) -> dict[tuple[int, int, int], Survival]:
+    """Per-row survival profiles of the generated problems of ``runs``, made again.
+
+    A problem whose ``source`` is ``generated`` is fully named by its records (network
+    ``radixnet-{N}-{L}-s{seed}`` and the inputs' row count): its inputs are generated
+    again and run once through the network (:meth:`Survival.measure`; no timing used).
+    Problems read from challenge files are left out (their profile is then estimated from
+    their own layer records).
+    """
+    from .images import make_inputs
+    from .radixnet import make_network
+
+    profiles: dict[tuple[int, int, int], Survival] = {}
+    first = runs.drop_duplicates(["network", "inputs"])
+    for _, run in first.iterrows():
+        match = _GENERATED.match(str(run["network"]))
+        if match is None or str(run.get("source", "generated")) not in ("generated", ""):
+            continue
+        n, n_layers, seed = (int(g) for g in match.groups())
+        rows = int(run["inputs"])
+        network = make_network(n, n_layers, seed=seed)
+        profiles[n, n_layers, rows] = Survival.measure(network, make_inputs(rows, n, seed=seed))
+    return profiles
+
+
+def held_out_split(runs: pd.DataFrame) -> tuple[dict[str, Any], str]:
+    """Which runs a report calibrates on, as a :meth:`CostModel.calibrate` selection, and
+    the rule in words.
+
+    With several N: the smallest N calibrates, every other N is held out. With one N and
+    several problems: all but the largest (layers x rows) calibrate. With one problem:
+    it calibrates on all (nothing held out: the table would show the model's fit only,
+    which :func:`report_projection` refuses).
+    """
+    problems = (runs.drop_duplicates(["neurons", "layers", "inputs"])
+                [["neurons", "layers", "inputs"]].astype(int))
+    sizes = sorted(problems["neurons"].unique())
+    if len(sizes) > 1:
+        return ({"neurons": int(sizes[0])},
+                f"calibrated on N = {sizes[0]}, held out: N = "
+                f"{', '.join(map(str, sizes[1:]))}")
+    if len(problems) > 1:
+        work = problems["layers"] * problems["inputs"]
+        largest = problems.loc[work.idxmax()]
+        keep = problems.drop(index=work.idxmax())
+        return ({"layers": sorted(keep["layers"].unique().tolist()),
+                 "inputs": sorted(keep["inputs"].unique().tolist())},
+                f"held out: the largest problem ({int(largest['layers'])} layers, "
+                f"{int(largest['inputs'])} rows)")
+    return {}, "calibrated on every run (one problem: nothing held out, the fit only)"
+
+
+def report_projection(runs: pd.DataFrame, layers: pd.DataFrame) -> pd.DataFrame:
+    """Measured against projected for a report: calibrated and held out by
+    :func:`held_out_split`, each run projected from its own configuration (graph-transport
+    runs left out: not modelled).
+
+    Raises
+    ------
+    ValueError
+        When the calibration runs cannot determine the model (too few kinds of runs).
+    """
+    # the graph transport is not modelled (its per-layer scheduling is another latency)
+    runs = runs[runs["strategy"].isin([*SERIAL, *PARALLEL]) & (runs["transport"] != "graph")]
+    if runs.empty:
+        raise ValueError("no kernel, data, model or hybrid runs to calibrate on")
+    selection, rule = held_out_split(runs)
+    calibrating = runs
+    for column, value in selection.items():
+        calibrating = calibrating[calibrating[column].isin(np.atleast_1d(value))]
+    sizes = calibrating.drop_duplicates(["neurons", "layers", "inputs"])
+    if len(sizes) < 2:
+        raise ValueError("calibrating the cost model needs runs of at least two problem "
+                         "sizes (layers x rows) at one N; studies/quick.yaml has five")
+    profiles = generated_profiles(runs)
+    model = CostModel.calibrate(runs, layers, profiles=profiles, **selection)
+    table = projection_table(model, runs, layers, profiles=profiles)
+    table.attrs["rule"] = rule
+    return table

@@ -205,8 +205,9 @@ def run_records(
         "seed": seed,
         "nbuckets": params.get("nbuckets"),
         "epsilon": params.get("epsilon"),
-        "dense_threshold": kernel.dense_threshold,
-        "chunk_bytes": kernel.chunk_bytes,
+        # the reference recurrence has no kernel settings
+        "dense_threshold": None if result.strategy == "reference" else kernel.dense_threshold,
+        "chunk_bytes": None if result.strategy == "reference" else kernel.chunk_bytes,
         "wall_s": result.wall_seconds,
         "edges_per_s": result.edges_per_second,
         "imbalance": imbalance(blocks["compute_s"]),

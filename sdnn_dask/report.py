@@ -26,7 +26,8 @@ from .records import LAYER_DTYPES, RUN_DTYPES, RUN_LEVEL, typed
 
 #: What identifies a configuration: repeats of one configuration are pooled.
 CONFIG = ["network", "inputs", "strategy", "partition", "row_partition", "transport",
-          "workers", "blocks", "parts", "row_groups", "seed", "nbuckets", "epsilon"]
+          "workers", "blocks", "parts", "row_groups", "seed", "nbuckets", "epsilon",
+          "dense_threshold", "chunk_bytes"]
 #: What identifies a problem: the ratios of :func:`comparison` stay within one.
 PROBLEM = ["network", "inputs"]
 #: The order strategies and partitions are listed and drawn in.
@@ -309,8 +310,9 @@ def to_text(table: pd.DataFrame, columns: Sequence[str] | None = None) -> str:
 
 #: The comparison columns the reports show, in order.
 SHOWN = ["strategy", "partition", "row_partition", "transport", "workers", "blocks", "parts",
-         "repeats", "seconds", "edges_per_s", "speedup", "vs_kernel", "vs_data", "imbalance",
-         "survivor_imbalance", "mb_moved", "predicted_volume", "check"]
+         "dense_threshold", "chunk_bytes", "repeats", "seconds", "edges_per_s", "speedup",
+         "vs_kernel", "vs_data", "imbalance", "survivor_imbalance", "mb_moved",
+         "predicted_volume", "check"]
 
 #: What each column of the comparison means (the reports' legend).
 COLUMN_NOTES = {
@@ -335,7 +337,12 @@ COLUMN_NOTES = {
     "row_partition": "how the hybrid split its rows into row groups",
     "blocks": "row blocks (data), or parts x row groups (model, hybrid)",
     "parts": "neuron parts k",
+    "dense_threshold": "the kernel's dense-step threshold for this run (shown when runs "
+                       "differ in it; above 1: never dense)",
+    "chunk_bytes": "the kernel's dense tile size for this run (shown when runs differ)",
 }
+#: Columns shown only when configurations differ in them (else they are the defaults).
+SHOWN_WHEN_VARYING = ("dense_threshold", "chunk_bytes")
 
 
 def shown_columns(cmp: pd.DataFrame, columns: Sequence[str] = SHOWN) -> list[str]:
@@ -348,6 +355,8 @@ def shown_columns(cmp: pd.DataFrame, columns: Sequence[str] = SHOWN) -> list[str
             empty = (values.astype(str) == "").all()
         else:
             empty = values.isna().all()
+        if column in SHOWN_WHEN_VARYING and values.nunique(dropna=True) <= 1:
+            continue
         if not empty or column in ("strategy", "partition", "check"):
             keep.append(column)
     return keep

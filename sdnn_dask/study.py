@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import dask
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
@@ -294,6 +295,9 @@ class RunSpec:
         Seed of the random partitions.
     nbuckets, epsilon
         Buckets of a hash partition; imbalance bound of a hypergraph one.
+    dense_threshold, chunk_bytes
+        Kernel settings of this run (default: ``sdnn.kernel.*`` when it runs), e.g.
+        ``dense_threshold=2`` for a kernel that never takes the dense step.
     """
 
     strategy: str
@@ -306,6 +310,8 @@ class RunSpec:
     seed: int = 0
     nbuckets: int | None = None
     epsilon: float | None = None
+    dense_threshold: float | None = None
+    chunk_bytes: int | None = None
 
     def __post_init__(self) -> None:
         # Defaults filled in, fields that do not apply cleared: equal runs, equal keys.
@@ -326,6 +332,20 @@ class RunSpec:
                 raise StudyError(f"{name} must be a positive integer, got {value!r}")
         if not _is_int(self.seed) or self.seed < 0:
             raise StudyError(f"seed must be an integer >= 0, got {self.seed!r}")
+        if self.chunk_bytes is not None and (not _is_int(self.chunk_bytes)
+                                             or self.chunk_bytes < 1):
+            raise StudyError(f"chunk_bytes must be a positive integer, got "
+                             f"{self.chunk_bytes!r}")
+        if self.dense_threshold is not None:
+            if isinstance(self.dense_threshold, bool) or not isinstance(
+                    self.dense_threshold, int | float) or self.dense_threshold < 0:
+                raise StudyError(f"dense_threshold must be a number >= 0, got "
+                                 f"{self.dense_threshold!r}")
+            fix(self, "dense_threshold", float(self.dense_threshold))
+        if s == "reference" and (self.dense_threshold is not None
+                                 or self.chunk_bytes is not None):
+            raise StudyError("dense_threshold and chunk_bytes are the compiled kernel's; "
+                             "the reference recurrence has none")
         if self.epsilon is not None and not (isinstance(self.epsilon, int | float)
                                              and 0 <= self.epsilon < float("inf")):
             raise StudyError(f"epsilon must be a number >= 0, got {self.epsilon!r}")
@@ -389,6 +409,9 @@ class RunSpec:
         extra = [f"{name}={getattr(self, name)}" for name in ("workers", "parts", "blocks")
                  if getattr(self, name) is not None and self.strategy not in
                  SERIAL_STRATEGIES]
+        extra += [f"{name}={getattr(self, name)}" for name in ("dense_threshold",
+                                                               "chunk_bytes")
+                  if getattr(self, name) is not None]
         if self.strategy == "hybrid":
             extra.append(f"R={self.row_groups}")
         return " ".join(words + extra)
@@ -595,9 +618,10 @@ class Runner:
     def run(self, spec: RunSpec, *, repeat: int = 0) -> RunOutcome:
         """Run ``spec`` (after its executor's warm-up), check it, make its records."""
         self.check(spec)
-        self._warm_up(spec)
-        kernel = KernelSettings.resolve()  # what the tasks get: read here, on the client
-        result = self.execute(spec)
+        with dask.config.set(_kernel_config(spec)):  # read on the client by every executor
+            self._warm_up(spec)
+            kernel = KernelSettings.resolve()  # what the tasks get: read here, on the client
+            result = self.execute(spec)
         check, against, diff = verify(result, self.problem.reference(), self.problem.truth)
         key = run_key(self.problem, spec, repeat)
         source = self.problem.spec.data if self.problem.spec and self.problem.spec.data \
@@ -608,6 +632,16 @@ class Runner:
                                    source=source, kernel=kernel)
         layers = records.layer_records(result, study=self.study)
         return RunOutcome(spec, result, check, Records(runs, layers))
+
+
+def _kernel_config(spec: RunSpec) -> dict[str, Any]:
+    """The ``sdnn.kernel.*`` settings ``spec`` sets (none: the configuration's own)."""
+    out: dict[str, Any] = {}
+    if spec.dense_threshold is not None:
+        out["sdnn.kernel.dense-threshold"] = spec.dense_threshold
+    if spec.chunk_bytes is not None:
+        out["sdnn.kernel.chunk-bytes"] = spec.chunk_bytes
+    return out
 
 
 def run_key(problem: Problem, spec: RunSpec, repeat: int) -> str:
@@ -707,7 +741,7 @@ STUDY_KEYS: dict[str, type | tuple[type, ...]] = {
 PROBLEM_KEYS = {f.name: f.type for f in dataclasses.fields(ProblemSpec)}
 RUN_KEYS = {f.name: f.type for f in dataclasses.fields(RunSpec)}
 _INT_FIELDS = {"neurons", "layers", "inputs", "seed", "tile", "parts", "row_groups", "blocks",
-               "workers", "nbuckets"}
+               "workers", "nbuckets", "chunk_bytes"}
 _TEXT_FIELDS = {"data", "inputs_file", "truth", "strategy", "partition", "transport"}
 
 
@@ -980,8 +1014,9 @@ def _check_value(key: str, value: Any, where: str) -> None:
         raise StudyError(f"{where}: {key} must be an integer, got {value!r}")
     if key in _TEXT_FIELDS and not isinstance(value, str):
         raise StudyError(f"{where}: {key} must be text, got {value!r}")
-    if key == "epsilon" and (isinstance(value, bool) or not isinstance(value, int | float)):
-        raise StudyError(f"{where}: epsilon must be a number, got {value!r}")
+    if key in ("epsilon", "dense_threshold") and (isinstance(value, bool)
+                                                  or not isinstance(value, int | float)):
+        raise StudyError(f"{where}: {key} must be a number, got {value!r}")
 
 
 def _expand(entry: Any, allowed: dict[str, Any], where: str, make: Callable[..., Any]

@@ -232,6 +232,23 @@ def test_kernel_settings_set_on_the_client_reach_every_strategy(client, small_pr
     assert modes[2.0] == {"data": {"sparse"}, "model": {"sparse"}}
 
 
+def test_kernel_settings_of_a_spec_govern_its_run(client, small_problem):
+    specs = [RunSpec("kernel", dense_threshold=2), RunSpec("data", dense_threshold=0.0),
+             RunSpec("hybrid", dense_threshold=2.0, chunk_bytes=1 << 16)]
+    assert specs[0].key() != RunSpec("kernel").key() and specs[0].dense_threshold == 2.0
+    found = study.compare(small_problem, client, specs=specs, study="k")
+    runs = found.runs.drop_duplicates("run_id").set_index("strategy")
+    assert runs["dense_threshold"].to_dict() == {"kernel": 2.0, "data": 0.0, "hybrid": 2.0}
+    assert runs.loc["hybrid", "chunk_bytes"] == 1 << 16 and set(runs["check"]) == {"PASS"}
+    layers = found.layers.merge(found.runs[["run_id", "strategy"]].drop_duplicates(),
+                                on="run_id")
+    live = layers[layers["rows_in"] > 0]
+    assert {s: set(m) for s, m in live.groupby("strategy")["mode"]} == {
+        "kernel": {"sparse"}, "data": {"dense"}, "hybrid": {"sparse"}}
+    with pytest.raises(StudyError, match="the reference recurrence has none"):
+        RunSpec("reference", dense_threshold=1.0)
+
+
 def test_a_spec_the_cluster_cannot_run_fails_before_any_run(client, small_problem):
     with pytest.raises(StudyError, match="workers 3, but the cluster has 2"):
         study.compare(small_problem, client, specs=[RunSpec("kernel"),
