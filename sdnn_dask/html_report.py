@@ -166,6 +166,7 @@ def build(runs: pd.DataFrame, layers: pd.DataFrame, *,
     proj_table, proj_plot = None, None
     if projection is not None:
         proj_table = rp.projection_table(projection)
+        proj_table.attrs["rule"] = projection.attrs.get("rule", "")
         png = None if note or proj_table.empty else \
             _render(figures.projection_figure(proj_table))
         proj_plot = Plot("projection", "Projected against measured",
@@ -370,7 +371,16 @@ def render_html(rep: Report) -> str:
                     "fitted points" if (~held).any() else "",
                     f"{error[held].median():.1f}% over {int(held.sum())} held-out points"
                     if held.any() else ""]
+            if held.any():
+                within = int((error[held] <= 20).sum())
+                signed = proj["error_pct"].astype(float)[held]
+                worst = float(signed.loc[signed.abs().idxmax()])
+                bits.append(f"{within} of {int(held.sum())} held-out within 20% (worst "
+                            f"{worst:+.1f}%)")
             parts.append(f'<p class="headline">{esc("; ".join(b for b in bits if b))}.</p>')
+            rule = proj.attrs.get("rule")
+            if rule:
+                parts.append(f"<p>The cost model (sdnn_dask.projection) is {esc(rule)}.</p>")
             if rep.projection_plot is not None:
                 parts.append(_img(rep.projection_plot, rep.plot_note))
             parts.append(_html_table(proj, rp.PROJECTION_COLUMNS, css="projection"))

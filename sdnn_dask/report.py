@@ -433,6 +433,15 @@ def summary_markdown(records: pd.DataFrame, *, title: str = "sdnn_dask compariso
     if projection is not None:
         proj = projection_table(projection)
         lines += ["## Projected against measured", ""]
+        if projection.attrs.get("rule"):
+            lines += [f"The cost model (`sdnn_dask.projection`) is {projection.attrs['rule']}.",
+                      ""]
+        held = proj["held_out"]
+        if held.any():
+            error = proj.loc[held, "error_pct"].astype(float)
+            lines += [f"{int((error.abs() <= 20).sum())} of {int(held.sum())} held-out "
+                      f"configurations within 20% (median |error| {error.abs().median():.1f}%,"
+                      f" worst {float(error.loc[error.abs().idxmax()]):+.1f}%).", ""]
         if projection_image:
             lines += [f"![projected against measured]({projection_image})", ""]
         lines += [to_markdown(proj.assign(error_pct=[f"{e:+.1f}%" for e in

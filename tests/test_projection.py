@@ -428,3 +428,49 @@ def test_network_prefix_is_the_same_network():
     assert all((a != b).nnz == 0 for a, b in zip(long.layers[:7], short.layers, strict=True))
     net = Network(long.layers[:7], bias=long.bias, ymax=long.ymax)
     assert net.edges == short.edges
+
+
+# --------------------------------------------------------------------------- the report
+
+
+def _problems(rows):
+    return pd.DataFrame(rows, columns=["neurons", "layers", "inputs"])
+
+
+def test_held_out_split_rules():
+    from sdnn_dask.projection import held_out_split
+
+    selection, rule = held_out_split(_problems([(4096, 24, 10), (1024, 24, 10),
+                                                (1024, 120, 10)]))
+    assert selection == {"neurons": 1024} and rule.endswith("held out: N = 4096")
+    crossed = _problems([(1024, 24, 10), (1024, 120, 50), (1024, 24, 50), (1024, 120, 10)])
+    selection, rule = held_out_split(crossed.assign(run_id=["a", "b", "c", "d"]))
+    assert selection == {"run_id": ["a", "c", "d"]}  # 120 layers x 50 rows held out
+    assert "held out: the largest (120 layers, 50 rows)" in rule
+    assert held_out_split(_problems([(1024, 24, 10)]))[0] == {}
+
+
+def test_report_projection_calibrates_on_the_smallest_n_and_holds_out_the_rest(client,
+                                                                               tmp_path):
+    from sdnn_dask.projection import report_projection
+    from sdnn_dask.study import Study
+
+    grid = Study.from_dict({"name": "p", "problems": [
+        {"neurons": 1024, "layers": 6, "inputs": 400}, {"neurons": 1024, "layers": 12,
+                                                        "inputs": 800},
+        {"neurons": 4096, "layers": 6, "inputs": 300}],
+        "runs": [{"strategy": "kernel"}, {"strategy": "data", "workers": [1, 2]},
+                 {"strategy": "model"}, {"strategy": "model", "transport": "graph"}]})
+    found = grid.run(client, tmp_path / "r", bar=False, report=False)
+    table = report_projection(found.runs, found.layers)
+    assert set(table.loc[table["held_out"], "network"]) == {"radixnet-4096-6-s0"}
+    assert set(table.loc[~table["held_out"], "network"]) == {"radixnet-1024-6-s0",
+                                                             "radixnet-1024-12-s0"}
+    assert table.attrs["rule"] == "calibrated on N = 1024, held out: N = 4096"
+    assert len(table) == 3 * 4 and set(table["runs"]) == {1}  # graph runs left out
+    assert np.allclose(table["error_pct"],
+                       100 * (table["projected_s"] / table["measured_s"] - 1))
+    assert (table["projected_s"] > 0).all()
+    one = found.runs[found.runs["layers"] == 6]
+    with pytest.raises(ValueError, match="at least two problem sizes"):
+        report_projection(one[one["neurons"] == 1024], found.layers)
