@@ -605,8 +605,12 @@ def cmd_study(args: argparse.Namespace) -> int:
     if done and not args.resume:
         raise UsageError(f"--results {results} already holds {len(done)} recorded run(s) of "
                          "a study: add --resume to go on with it, or choose another folder")
-    if args.workers is None and grid.workers is not None:
-        args.workers = grid.workers
+    from .cluster import is_address
+
+    starts_workers = isinstance(args.cluster, str | None) and not is_address(args.cluster) \
+        and args.cluster != "slurm-batch"
+    if args.workers is None and grid.workers is not None and starts_workers:
+        args.workers = grid.workers  # the study's cluster size, where workers are started
     serial = all(s.strategy in ("reference", "kernel") for s in grid.specs)
     progress.say(f"study {grid.name} ({args.study}): {len(grid.problems)} problem(s) x "
                  f"{len(grid.specs)} configuration(s) x {grid.repeats} repeat(s) = "

@@ -576,16 +576,20 @@ class Runner:
 
         key = (spec.partition, k, spec.seed, spec.nbuckets, spec.epsilon)
         if key not in self._partitions:
-            _say(self.progress, f"partitioning the neurons into {k} parts ({spec.partition})")
+            epsilon = 0.03 if spec.epsilon is None else spec.epsilon
+            cached = False
+            if spec.partition == "hypergraph":
+                from .partition.hypergraph import is_cached
+
+                cached = is_cached(self.problem.network, k, epsilon=epsilon, seed=spec.seed)
+            _say(self.progress, f"{'reading the cached' if cached else 'computing the'} "
+                                f"{spec.partition} partition of the neurons into {k} parts")
             self._partitions[key] = make_neuron_partition(
                 self.problem.network, k, spec.partition, seed=spec.seed,
-                nbuckets=spec.nbuckets or 1, epsilon=0.03 if spec.epsilon is None
-                else spec.epsilon, cache=True)
-            part = self._partitions[key]
-            if part.method == "hypergraph":
-                how = ("read from the cache" if getattr(part, "cached", False)
-                       else f"computed in {part.seconds:.1f} s")
-                _say(self.progress, f"hypergraph partition {how}")
+                nbuckets=spec.nbuckets or 1, epsilon=epsilon, cache=True)
+            if spec.partition == "hypergraph" and not cached:
+                _say(self.progress, f"hypergraph partition computed in "
+                                    f"{self._partitions[key].seconds:.1f} s (now cached)")
         return self._partitions[key]
 
     def execute(self, spec: RunSpec, inputs: sp.csr_matrix | None = None) -> RunResult:
