@@ -23,9 +23,11 @@ changed form. A block adds ``b_0 + b_row * rows + b_pack * N * R_repacked`` and 
 
 **One layer of a model-parallel part** (:func:`~sdnn_dask.slabs.part_layer_step`) is
 priced with the same arithmetic coefficients on its share (``n_out = N / k`` outputs,
-``n_in`` inputs read), plus ``p_entry * (n_in + n_out) * rows`` (dense: filling the input
-tile from the pieces, writing the output), ``p_nnz * (nonzeros read + written)``
-(sparse) and ``p_step`` per part and layer.
+``n_in = n_out + f_l (N - n_out)`` inputs read, ``f_l`` the share of the other parts'
+columns read in layer ``l``), plus ``p_entry * 2 n_out * rows`` (dense: copying the own
+columns into the input tile, writing the output), ``p_foreign * (n_in - n_out) * rows``
+(dense: zeroing the other parts' columns and scattering the pieces into them),
+``p_nnz * (nonzeros read + written)`` (sparse) and ``p_step`` per part and layer.
 
 **A run** (single-threaded workers)::
 
@@ -116,9 +118,11 @@ BLOCK_TERMS = {
 }
 #: Extra terms of a model-parallel part's layer step (its arithmetic is priced as above).
 PART_TERMS = {
-    "part_entry": ("(inputs + outputs) x rows of dense part steps", "s per entry"),
+    "part_entry": ("(own inputs + outputs) x rows of dense part steps", "s per entry"),
     "part_nnz": ("nonzeros read and written by sparse part steps", "s per nonzero"),
     "part_step": ("part steps (one per part and layer)", "s per step"),
+    "part_foreign": ("other parts' input columns x rows of dense part steps (scattered "
+                     "into the tile)", "s per entry"),
 }
 #: Factors for cores shared by several busy workers or parts (dimensionless).
 SHARING_TERMS = {
@@ -607,7 +611,8 @@ def _part_work(rows: float, nnz_read: float, nnz_out: float, n_in: float, n_out:
         tiles = full * math.ceil(cr / _ROW_TILE) + (math.ceil(rest / _ROW_TILE) if rest else 0)
         k_work[0] = w_part * rows
         k_work[1] = w_part * tiles
-        p_work[0] = (n_in + n_out) * rows
+        p_work[0] = 2.0 * n_out * rows  # the own columns: copied row-aligned; the output
+        p_work[3] = max(0.0, n_in - n_out) * rows  # the pieces: zeroed, then scattered
     else:
         k_work[3] = weights * nnz_read
         k_work[4] = n_out * rows
@@ -669,6 +674,21 @@ def _fit(x: np.ndarray, y: np.ndarray, names: Sequence[str], *,
         weight = np.sqrt(np.minimum(1.0, limit / np.maximum(np.abs(residual), 1e-300)))
     coef[active] = sol / scale[active]
     return dict(zip(names, coef.tolist(), strict=True))
+
+
+def _fit_parts(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    """The part terms (:data:`PART_TERMS`). The other parts' columns cost more per entry
+    than the own ones (zeroed, then scattered by row from the pieces, against a
+    row-aligned copy), but only runs whose parts read different shares of the others'
+    columns (a hypergraph partition next to contiguous parts) tell the two apart: when
+    the share is the same in every dense step, one cost per entry is fitted for both."""
+    dense = x[:, 0] > 0
+    share = x[dense, 3] / x[dense, 0] if dense.any() else np.zeros(0)
+    if share.size and np.ptp(share) > 0.05 * max(float(share.max()), 1e-12):
+        return _fit(x, y, list(PART_TERMS))
+    merged = np.column_stack([x[:, 0] + x[:, 3], x[:, 1], x[:, 2]])
+    coef = _fit(merged, y, ["part_entry", "part_nnz", "part_step"])
+    return {**coef, "part_foreign": coef["part_entry"]}
 
 
 def _ratio(measured: np.ndarray, predicted: np.ndarray) -> float:
@@ -752,9 +772,10 @@ class CostModel:
         tile made sparse, also at the end of a block).
     block, block_row, repack
         A block's set-up and tear-down (s per block, per input row, per entry repacked).
-    part_entry, part_nnz, part_step
-        A model-parallel part's step beyond the arithmetic (s per input or output entry of
-        a dense step, per nonzero read or written by a sparse one, per step).
+    part_entry, part_nnz, part_step, part_foreign
+        A model-parallel part's step beyond the arithmetic (s per own input or output
+        entry of a dense step, per nonzero read or written by a sparse one, per step, per
+        entry of the other parts' columns a dense step scatters into its input tile).
     busy
         Slow-down of compute while other workers compute at the same time (shared caches,
         memory bandwidth and, on a VM, shared physical cores): ``>= 1`` in practice.
@@ -800,6 +821,7 @@ class CostModel:
     part_entry: float = 0.0
     part_nnz: float = 0.0
     part_step: float = 0.0
+    part_foreign: float = 0.0
     busy: float = 1.0
     shared_step: float = 1.0
     imbalance: float = 0.0
@@ -978,7 +1000,8 @@ class CostModel:
             model_x.append([1.0, _output_nnz(trace, n_layers)])
             model_y.append(float(run["wall_s"]) - float(t.groupby("block")["total"].sum()
                                                         .max()))
-        part_coef = _fit(np.array(part_x), np.array(part_y), list(PART_TERMS))
+        part_coef = _fit_parts(np.array(part_x).reshape(len(part_x), len(PART_TERMS)),
+                               np.array(part_y))
         pvec = np.array(list(part_coef.values()))
         alone_steps = np.array([busy * float(kw @ kvec) + float(pw @ pvec)
                                 for kw, pw, _, _ in shared])
@@ -1031,7 +1054,8 @@ class CostModel:
     def predict(self, strategy: str, *, workers: int, neurons: int, layers: int, rows: int,
                 parts: int | None = None, row_groups: int = 1,
                 survival: Survival | None = None, blocks: int | None = None,
-                row_partition: str = "block", cross_fraction: float = 1.0,
+                row_partition: str = "block",
+                cross_fraction: float | Sequence[float] = 1.0,
                 speed: float = 1.0, settings: KernelSettings | None = None) -> Prediction:
         """Predict a run's seconds and their terms.
 
@@ -1058,8 +1082,12 @@ class CostModel:
             exactly so; an aggregated one evenly).
         cross_fraction
             Fraction of the other parts' columns each part reads in a layer: 1 for
-            contiguous, hashed or random neuron parts of a RadiX-Net layer (each input
-            feeds outputs in all 16 blocks of the layer); less for a hypergraph partition.
+            contiguous neuron parts of a RadiX-Net layer (each input feeds outputs in all
+            16 blocks of the layer); less for a hashed or hypergraph partition at large N.
+            A number for every layer, or one per layer (layer 1 first; the last repeated
+            beyond its end): the share varies much from layer to layer (at N = 4096 a
+            hashed part reads 32 of the other part's 2048 columns in layer 1, all of
+            them in layer 7), and the heavy first layers must be priced with their own.
         speed
             Speed of the predicted cores relative to the calibration machine's (2 halves
             every compute term; exchange and overheads are not scaled).
@@ -1101,13 +1129,15 @@ class CostModel:
         groups = 1 if strategy == "model" else int(row_groups)
         if k < 1 or groups < 1:
             raise ValueError("parts and row_groups must be >= 1")
-        if not 0.0 <= cross_fraction <= 1.0:
+        fractions = np.atleast_1d(np.asarray(cross_fraction, float))
+        if fractions.size == 0 or not ((fractions >= 0.0) & (fractions <= 1.0)).all():
             raise ValueError(f"cross_fraction must be in [0, 1], got {cross_fraction}")
+        fractions = np.concatenate([fractions[:layers],
+                                    np.repeat(fractions[-1], max(0, layers - fractions.size))])
         share = _parts_per_core(groups, k, workers)
         slots = _slots(groups, k, workers)
         shares = profile.split(groups, row_partition) if groups > 1 else [profile]
         n_out = n / k
-        n_in = n_out + cross_fraction * (n - n_out)
         kvec, pvec = self._vector(KERNEL_TERMS), self._vector(PART_TERMS)
         factor = (self.busy if min(groups * k, workers) > 1 else 1.0) / speed
         slowdown = 1.0 + (share - 1) * self.shared_step
@@ -1119,6 +1149,8 @@ class CostModel:
             made_by = "sparse"  # level 0 is cut from the input rows, 256-row blocks
             for layer in range(layers):
                 rows_in, level = float(part_share.live[layer]), float(part_share.nnz[layer])
+                fraction = float(fractions[layer])
+                n_in = n_out + fraction * (n - n_out)
                 kw, pw, mode = _part_work(rows_in, level * n_in / n,
                                           float(part_share.nnz[layer + 1]) / k, n_in, n_out,
                                           self.weights_per_row * n_out / n_in, settings)
@@ -1126,7 +1158,7 @@ class CostModel:
                 step[layer] += seconds * slowdown / len(shares)  # the mean part step
                 block_rows = (_part_chunk_rows(n_in, n_out, settings) if made_by == "dense"
                               else 256)
-                piece = _payload(rows_in, level / k * cross_fraction, n_out * cross_fraction,
+                piece = _payload(rows_in, level / k * fraction, n_out * fraction,
                                  block_rows)
                 moved[layer] += piece * sum(remote)
                 made_by = mode
@@ -1362,8 +1394,9 @@ def projection_table(model: CostModel, runs: pd.DataFrame, layers: pd.DataFrame,
     profile read off the run's own layer records (:meth:`Survival.from_records`). So the
     table tests the time model, not the extrapolation of survival. Model and hybrid runs
     are projected with the share of the other parts' columns their partition made each
-    part read (``columns_in`` of the layer records: 1 for contiguous, hashed or random
-    parts of a RadiX-Net layer, less for a hypergraph partition).
+    part read, layer by layer (``columns_in`` of the layer records, mean over the parts:
+    1 for contiguous parts of a RadiX-Net layer; at N = 4096 much less for hashed or
+    hypergraph parts in the first, heaviest layers).
 
     Returns
     -------
@@ -1394,9 +1427,11 @@ def projection_table(model: CostModel, runs: pd.DataFrame, layers: pd.DataFrame,
             k = int(run["parts"])
             kwargs["parts"] = k
             kwargs["row_groups"] = int(run["row_groups"])
-            read = layers.loc[layers["run_id"] == rid, "columns_in"].mean()
-            if k > 1 and pd.notna(read):  # the partition's measured share of columns read
-                kwargs["cross_fraction"] = float(min(1.0, read / (n - n / k)))
+            read = (layers.loc[layers["run_id"] == rid].groupby("layer")["columns_in"]
+                    .mean().sort_index())
+            if k > 1 and read.notna().all() and len(read):  # the partition's measured share
+                kwargs["cross_fraction"] = np.clip(read.to_numpy(float) / (n - n / k),
+                                                   0.0, 1.0)  # of columns read, per layer
         projected = model.predict(strategy, **kwargs).seconds
         measured = float(run["wall_s"])
         rows.append({"run_id": rid, "network": run["network"], "neurons": n,

@@ -35,7 +35,8 @@ TRUE = CostModel(
     dense_fma=1.0e-10, dense_tile=5.0e-9, dense_call=2.0e-5, sparse_edge=1.1e-9,
     sparse_scan=1.3e-9, sparse_call=3.0e-5, to_dense=3.0e-10, to_sparse=6.0e-9,
     to_sparse_nnz=2.0e-9, to_sparse_call=1.0e-4, block=4.0e-4, block_row=2.0e-7,
-    repack=5.0e-10, part_entry=1.5e-9, part_nnz=4.0e-9, part_step=5.0e-5, busy=1.3,
+    repack=5.0e-10, part_entry=1.5e-9, part_nnz=4.0e-9, part_step=5.0e-5,
+    part_foreign=4.5e-9, busy=1.3,
     shared_step=0.7, imbalance=0.05, latency=4.0e-4, byte=1.0e-9, shared_imbalance=0.12,
     shared_latency=2.0e-4, shared_byte=5.0e-10, data_run=0.012, data_task=0.003, data_gather=2.0e-8,
     model_run=0.015, model_gather=1.0e-8, settings=SETTINGS,
@@ -133,6 +134,9 @@ def synthetic_model_records(model: CostModel, seed: int = 1, runs: int = 16):
         imbalance = model.shared_imbalance if hybrid else model.imbalance
         rid = f"{'h' if hybrid else 'm'}{i}"
         n_out = n / k
+        # some runs read only a share of the other part's columns (as a hypergraph
+        # partition's parts do), so the own and the other parts' entries can be told apart
+        share = 1.0 if i % 4 < 2 else float(rng.uniform(0.1, 0.9))
         parts = {}
         for g in range(groups):
             live, nnz = _levels(rng, int(rng.integers(300, 4000)), n, n_layers)
@@ -142,18 +146,20 @@ def synthetic_model_records(model: CostModel, seed: int = 1, runs: int = 16):
         rows_of = {}
         for block, (live, nnz) in parts.items():
             for layer in range(1, n_layers + 1):
-                foreign = float(nnz[layer - 1]) / 2  # the other part's half of the level
+                # the share of the other part's half of the level it reads
+                foreign = share * float(nnz[layer - 1]) / 2
                 mine = float(nnz[layer - 1]) / 2
                 out = float(nnz[layer]) / 2
                 mode = str(rng.choice(["dense", "sparse"]))
+                n_in = n_out + share * n_out
                 kw, pw, _ = _part_work(float(live[layer - 1]), mine + foreign, out,
-                                       n_out + n_out, n_out, 32.0 * n_out / n, SETTINGS, mode)
+                                       n_in, n_out, 32.0 * n_out / n_in, SETTINGS, mode)
                 alone = model.busy * float(kw @ kvec) + float(pw @ pvec)
                 steps[block, layer - 1] = alone * (1 + (per_core - 1) * model.shared_step)
                 rows_of[block, layer] = {
                     "run_id": rid, "block": block, "layer": layer, "mode": mode,
                     "rows_in": live[layer - 1], "rows_out": live[layer], "nnz_out": out,
-                    "columns_in": n_out, "nnz_in": foreign,
+                    "columns_in": share * n_out, "nnz_in": foreign,
                     "bytes_in": float(rng.integers(10_000, 5_000_000)),
                     "send_s": 0.0, "deserialise_s": 0.0,
                 }
@@ -193,6 +199,22 @@ def test_calibration_recovers_known_coefficients():
         assert getattr(fitted, name) == pytest.approx(getattr(TRUE, name), rel=1e-5), name
     assert fitted.calibrated_on == frozenset(runs["run_id"])
     assert fitted.weights_per_row == 32
+
+
+def test_part_entries_fitted_as_one_when_every_part_reads_the_same_share():
+    # records whose parts all read all the other part's columns (contiguous parts)
+    # cannot tell the own entries from the others': one cost per entry for both
+    same = TRUE.with_coefficients(part_foreign=TRUE.part_entry)
+    kr, kl = synthetic_kernel_records(same)
+    mr, ml = synthetic_model_records(same)
+    runs = pd.concat([kr, mr], ignore_index=True)
+    layers = pd.concat([kl, ml], ignore_index=True)
+    full = [rid for rid in runs["run_id"].unique()
+            if not rid.startswith(("m", "h")) or int(rid[1:]) % 4 < 2]
+    fitted = CostModel.calibrate(runs, layers, input_density=DENSITY, settings=SETTINGS,
+                                 run_id=full)
+    assert fitted.part_entry == pytest.approx(TRUE.part_entry, rel=1e-5)
+    assert fitted.part_foreign == fitted.part_entry
 
 
 def test_calibration_selection_and_robustness():
@@ -268,6 +290,20 @@ def test_prediction_terms_add_up_and_scale():
     half = TRUE.predict("model", workers=2, neurons=1024, layers=30, rows=10000, parts=2,
                         survival=profile, cross_fraction=0.5)
     assert half.bytes_moved < p.bytes_moved
+    assert half.compute_s < p.compute_s  # fewer of the others' columns scattered in
+    # per layer: a constant share given layer by layer, or the last one repeated, is the
+    # same; a share that differs by layer is priced with each layer's own
+    same = TRUE.predict("model", workers=2, neurons=1024, layers=30, rows=10000, parts=2,
+                        survival=profile, cross_fraction=[0.5, 0.5])
+    assert same.seconds == pytest.approx(half.seconds)
+    light_first = TRUE.predict("model", workers=2, neurons=1024, layers=30, rows=10000,
+                               parts=2, survival=profile, cross_fraction=[0.1] * 5 + [0.9])
+    heavy_first = TRUE.predict("model", workers=2, neurons=1024, layers=30, rows=10000,
+                               parts=2, survival=profile, cross_fraction=[0.9] * 5 + [0.1])
+    assert light_first.bytes_moved != heavy_first.bytes_moved
+    with pytest.raises(ValueError, match="cross_fraction"):
+        TRUE.predict("model", workers=2, neurons=1024, layers=3, rows=10, parts=2,
+                     survival=profile, cross_fraction=[0.5, 1.5])
     with pytest.raises(ValueError, match="strategy"):
         TRUE.predict("magic", workers=1, neurons=1024, layers=3, rows=10, survival=profile)
     with pytest.raises(ValueError, match="N = 1024, not 4096"):
