@@ -527,7 +527,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
             s.strategy not in ("reference", "kernel") for s in specs) else None
         try:
             found = study.compare(problem, client, specs=specs, repeat=args.repeat,
-                                  progress=progress.say, on_run=on_run)
+                                  warm_up=not args.no_warm_up, progress=progress.say,
+                                  on_run=on_run)
         except StudyError as error:
             raise UsageError(str(error)) from error
     print()
@@ -807,6 +808,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_arguments(p)
     p.add_argument("--repeat", type=POSITIVE, default=1,
                    help="runs of each configuration; the table shows medians (1)")
+    p.add_argument("--no-warm-up", action="store_true",
+                   help="no untimed warm-up run before each executor's first timed run")
     p.add_argument("--results", type=Path, default=DEFAULT_RESULTS,
                    help="folder for records.csv, layers.csv, summary.md and the plots "
                         f"({DEFAULT_RESULTS}/, which git ignores; the repository's curated "

@@ -36,6 +36,7 @@ chunk_bytes         the client)
 block, worker       this row's block and the worker that ran it
 rows, survivors     input rows of the block, and those nonzero after the last layer (for a
                     part: nonzero in the part's columns)
+row_layers          the work the block actually did: its live rows summed over the layers
 compute_s           seconds in the kernel, measured on the worker (a part: sum of its layers)
 bytes_moved         bytes of the pieces moved between workers in the run, counted by the
                     direct transport or read from Dask's transfer logs (graph) (model/hybrid;
@@ -47,6 +48,9 @@ wall_s              the run's inference seconds seen by the caller
 edges_per_s         ``inputs * edges / wall_s``
 imbalance           max/mean of ``compute_s`` over the run's blocks (1 = perfect)
 survivor_imbalance  max/mean of ``survivors`` over the run's blocks
+work_imbalance      max/mean of ``row_layers`` over the run's blocks
+placement           data parallelism: ``static`` (block b pinned to worker b mod P) or
+                    ``dynamic`` (blocks handed to workers as they free up); else empty
 check               ``PASS``/``FAIL``: every activation within float32 rounding of the
                     bounded float64 reference (:mod:`sdnn_dask.check`) and, with
                     ``check_against=truth``, the categories equal to the truth
@@ -101,9 +105,10 @@ RUN_DTYPES: dict[str, str] = {
     "edges": _INT, "inputs": _INT, "workers": _INT, "blocks": _INT, "parts": _INT,
     "row_groups": _INT, "transport": _TEXT, "seed": _INT, "nbuckets": _INT,
     "epsilon": _FLOAT, "dense_threshold": _FLOAT, "chunk_bytes": _INT, "block": _INT,
-    "worker": _TEXT, "rows": _INT, "survivors": _INT, "compute_s": _FLOAT,
+    "worker": _TEXT, "rows": _INT, "survivors": _INT, "row_layers": _INT, "compute_s": _FLOAT,
     "wall_s": _FLOAT, "edges_per_s": _FLOAT, "imbalance": _FLOAT,
-    "survivor_imbalance": _FLOAT, "bytes_moved": _FLOAT, "predicted_volume": _FLOAT,
+    "survivor_imbalance": _FLOAT, "work_imbalance": _FLOAT, "placement": _TEXT,
+    "bytes_moved": _FLOAT, "predicted_volume": _FLOAT,
     "partition_s": _FLOAT, "check": _TEXT, "check_against": _TEXT,
     "max_abs_diff": _FLOAT, "versions": _TEXT,
 }
@@ -119,7 +124,7 @@ RUN_COLUMNS = list(RUN_DTYPES)
 LAYER_COLUMNS = list(LAYER_DTYPES)
 #: Run-level columns: the same on every block row of a run.
 RUN_LEVEL = [c for c in RUN_COLUMNS if c not in ("block", "worker", "rows", "survivors",
-                                                 "compute_s")]
+                                                 "row_layers", "compute_s")]
 RECORDS_FILE = "records.csv"
 LAYERS_FILE = "layers.csv"
 
@@ -178,6 +183,12 @@ def run_records(
     """
     blocks = result.blocks
     frame = blocks[["block", "worker", "rows", "survivors", "compute_s"]].copy()
+    # the work a block actually did: its live rows, summed over the layers
+    if "rows_in" in result.layers and result.layers["rows_in"].notna().any():
+        done = result.layers.groupby("block")["rows_in"].sum()
+        frame["row_layers"] = frame["block"].map(done).fillna(0).astype("int64")
+    else:
+        frame["row_layers"] = None
     params = result.params
     kernel = kernel or KernelSettings.resolve()
     seed = params.get("seed", params.get("row_seed"))
@@ -212,6 +223,9 @@ def run_records(
         "edges_per_s": result.edges_per_second,
         "imbalance": imbalance(blocks["compute_s"]),
         "survivor_imbalance": imbalance(blocks["survivors"]),
+        "work_imbalance": imbalance(frame["row_layers"]) if frame["row_layers"].notna().all()
+        else None,
+        "placement": params.get("placement", ""),
         "bytes_moved": _or_nan(result.bytes_moved),
         "predicted_volume": _or_nan(result.predicted_volume),
         "partition_s": _or_nan(result.partition_seconds),

@@ -17,6 +17,8 @@ ROW_PARTITIONS = ("block", "hash", "random")
 NEURON_PARTITIONS = ("block", "hash", "random", "hypergraph")
 #: How model-parallel parts exchange activations.
 TRANSPORTS = ("direct", "graph")
+#: How data parallelism gives blocks to workers: pinned, or as workers free up.
+PLACEMENTS = ("static", "dynamic")
 
 
 def partitions_of(strategy: str) -> tuple[str, ...]:

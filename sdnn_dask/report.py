@@ -27,7 +27,7 @@ from .records import LAYER_DTYPES, RUN_DTYPES, RUN_LEVEL, typed
 #: What identifies a configuration: repeats of one configuration are pooled.
 CONFIG = ["network", "inputs", "strategy", "partition", "row_partition", "transport",
           "workers", "blocks", "parts", "row_groups", "seed", "nbuckets", "epsilon",
-          "dense_threshold", "chunk_bytes"]
+          "dense_threshold", "chunk_bytes", "placement"]
 #: What identifies a problem: the ratios of :func:`comparison` stay within one.
 PROBLEM = ["network", "inputs"]
 #: The order strategies and partitions are listed and drawn in.
@@ -138,6 +138,7 @@ def comparison(records: pd.DataFrame, baseline: str = "reference") -> pd.DataFra
         edges_per_s=("edges_per_s", "median"),
         imbalance=("imbalance", "median"),
         survivor_imbalance=("survivor_imbalance", "median"),
+        work_imbalance=("work_imbalance", "median"),
         mb_moved=("bytes_moved", lambda b: b.median() / 1e6),
         predicted_volume=("predicted_volume", "first"),
         check=("check", lambda c: "PASS" if (c == "PASS").all() else "FAIL"),
@@ -152,8 +153,8 @@ def comparison(records: pd.DataFrame, baseline: str = "reference") -> pd.DataFra
     out["vs_data"] = _best_seconds(out, passed & (strategy == "data"), ["workers"]) \
         / out["seconds"]
     columns = [*CONFIG, "repeats", "seconds", "edges_per_s", "speedup", "vs_kernel",
-               "vs_data", "imbalance", "survivor_imbalance", "mb_moved", "predicted_volume",
-               "check", "neurons", "layers", "edges"]
+               "vs_data", "imbalance", "survivor_imbalance", "work_imbalance", "mb_moved",
+               "predicted_volume", "check", "neurons", "layers", "edges"]
     return sort_configurations(out[columns])
 
 
@@ -309,10 +310,10 @@ def to_text(table: pd.DataFrame, columns: Sequence[str] | None = None) -> str:
 
 
 #: The comparison columns the reports show, in order.
-SHOWN = ["strategy", "partition", "row_partition", "transport", "workers", "blocks", "parts",
-         "dense_threshold", "chunk_bytes", "repeats", "seconds", "edges_per_s", "speedup",
-         "vs_kernel", "vs_data", "imbalance", "survivor_imbalance", "mb_moved",
-         "predicted_volume", "check"]
+SHOWN = ["strategy", "partition", "row_partition", "transport", "placement", "workers",
+         "blocks", "parts", "dense_threshold", "chunk_bytes", "repeats", "seconds",
+         "edges_per_s", "speedup", "vs_kernel", "vs_data", "imbalance", "survivor_imbalance",
+         "mb_moved", "predicted_volume", "check"]
 
 #: What each column of the comparison means (the reports' legend).
 COLUMN_NOTES = {
@@ -340,9 +341,13 @@ COLUMN_NOTES = {
     "dense_threshold": "the kernel's dense-step threshold for this run (shown when runs "
                        "differ in it; above 1: never dense)",
     "chunk_bytes": "the kernel's dense tile size for this run (shown when runs differ)",
+    "placement": "data parallelism: static (block b pinned to worker b mod P) or dynamic "
+                 "(blocks handed to workers as they free up); shown when runs differ",
+    "work_imbalance": "max/mean of the live row-layers (rows entering a layer, summed over "
+                      "the layers: the work actually done) over the blocks",
 }
 #: Columns shown only when configurations differ in them (else they are the defaults).
-SHOWN_WHEN_VARYING = ("dense_threshold", "chunk_bytes")
+SHOWN_WHEN_VARYING = ("dense_threshold", "chunk_bytes", "placement")
 
 
 def shown_columns(cmp: pd.DataFrame, columns: Sequence[str] = SHOWN) -> list[str]:

@@ -45,6 +45,7 @@ from .network import Network
 from .reference import check_categories
 from .registry import (
     NEURON_PARTITIONS,
+    PLACEMENTS,
     ROW_PARTITIONS,
     SERIAL_STRATEGIES,
     STRATEGIES,
@@ -298,6 +299,9 @@ class RunSpec:
     dense_threshold, chunk_bytes
         Kernel settings of this run (default: ``sdnn.kernel.*`` when it runs), e.g.
         ``dense_threshold=2`` for a kernel that never takes the dense step.
+    placement
+        Data parallelism: ``static`` (default; block b pinned to worker b mod P, one block
+        per worker by default) or ``dynamic`` (blocks handed to workers as they free up).
     """
 
     strategy: str
@@ -312,6 +316,7 @@ class RunSpec:
     epsilon: float | None = None
     dense_threshold: float | None = None
     chunk_bytes: int | None = None
+    placement: str | None = None
 
     def __post_init__(self) -> None:
         # Defaults filled in, fields that do not apply cleared: equal runs, equal keys.
@@ -359,7 +364,15 @@ class RunSpec:
             fix(self, "workers", 1)
             fix(self, "seed", 0)
             return
+        if s != "data" and self.placement is not None:
+            raise StudyError("placement applies to data parallelism (static or dynamic)")
         if s == "data":
+            placement = self.placement or PLACEMENTS[0]
+            if placement not in PLACEMENTS:
+                raise StudyError(f"placement {placement!r}: unknown"
+                                 f"{_nearest(placement, PLACEMENTS)}; choose from "
+                                 f"{', '.join(PLACEMENTS)}")
+            fix(self, "placement", placement)
             for name in ("parts", "row_groups", "transport", "epsilon"):
                 if getattr(self, name) is not None:
                     raise StudyError(f"{name} does not apply to data parallelism "
@@ -406,6 +419,8 @@ class RunSpec:
             words.append(self.partition or "")
         if self.transport:
             words.append(self.transport)
+        if self.placement == "dynamic":
+            words.append("dynamic")
         extra = [f"{name}={getattr(self, name)}" for name in ("workers", "parts", "blocks")
                  if getattr(self, name) is not None and self.strategy not in
                  SERIAL_STRATEGIES]
@@ -604,7 +619,7 @@ class Runner:
         if spec.strategy == "data":
             return self._executor("data", workers).run(
                 inputs, partition=spec.partition, n_blocks=spec.blocks, seed=spec.seed,
-                nbuckets=spec.nbuckets)
+                nbuckets=spec.nbuckets, placement=spec.placement)
         executor = self._executor("model", workers)
         part = self._partition(spec, spec.parts or workers)
         return executor.run(inputs, partition=part, row_groups=spec.row_groups,
@@ -746,7 +761,8 @@ PROBLEM_KEYS = {f.name: f.type for f in dataclasses.fields(ProblemSpec)}
 RUN_KEYS = {f.name: f.type for f in dataclasses.fields(RunSpec)}
 _INT_FIELDS = {"neurons", "layers", "inputs", "seed", "tile", "parts", "row_groups", "blocks",
                "workers", "nbuckets", "chunk_bytes"}
-_TEXT_FIELDS = {"data", "inputs_file", "truth", "strategy", "partition", "transport"}
+_TEXT_FIELDS = {"data", "inputs_file", "truth", "strategy", "partition", "transport",
+                "placement"}
 
 
 @dataclass

@@ -279,6 +279,7 @@ def test_compare_leaves_results_untouched_when_a_run_fails(cluster, tmp_path, ca
     killer.start()
     code = main(["compare", "-N", "1024", "-L", "120", "-n", "20000", "--seed", "1",
                  "--partitions", "none", "--model", "hash", "--hybrid", "none",
+                 "--no-warm-up",  # the killer must hit the timed run, not the warm-up
                  "--cluster", cluster.scheduler.address, "--results", str(results), "-q"])
     killer.check(time.monotonic())
     err = capsys.readouterr().err

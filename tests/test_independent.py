@@ -98,13 +98,43 @@ def test_data_parallel(client, problem, partition):
     blocks = result.blocks.sort_values("block")
     assert blocks["rows"].tolist() == [len(r) for r in rows]
     assert blocks["survivors"].tolist() == [int(alive[r].sum()) for r in rows]
-    assert set(blocks["worker"]) <= set(client.scheduler_info()["workers"])
-    assert result.params == ({"seed": 5} if partition == "random" else
-                             {"nbuckets": nbuckets} if partition == "hash" else {})
+    workers = sorted(client.scheduler_info()["workers"])
+    assert blocks["worker"].tolist() == [workers[b % 2] for b in range(3)]  # static: pinned
+    assert result.params == {"placement": "static", **(
+        {"seed": 5} if partition == "random" else
+        {"nbuckets": nbuckets} if partition == "hash" else {})}
     if partition == "random":  # the default seed is 0
         again = DataParallelExecutor(client, net, warm_up=False).run(inputs, partition=partition,
                                                                      n_blocks=3)
-        assert again.params == {"seed": 0}
+        assert again.params == {"placement": "static", "seed": 0}
+
+
+@pytest.mark.parametrize("partition", ROW_PARTITIONS)
+def test_dynamic_placement(client, problem, partition):
+    """Blocks handed to workers as they free up: the same answer, every block run once,
+    each block's rows and survivors those of the partition's definition."""
+    net, inputs, ys = problem
+    result = DataParallelExecutor(client, net, warm_up=False).run(
+        inputs, partition=partition, n_blocks=7, seed=5, placement="dynamic")
+    np.testing.assert_array_equal(result.output.toarray(), ys[-1])
+    nbuckets = dask.config.get("sdnn.data-parallel.nbuckets")
+    rows = make_row_partition(partition, ROWS, 7, seed=5, nbuckets=nbuckets).blocks()
+    alive = ys[-1].any(axis=1)
+    blocks = result.blocks.sort_values("block")
+    assert blocks["block"].tolist() == list(range(7))
+    assert blocks["rows"].tolist() == [len(r) for r in rows]
+    assert blocks["survivors"].tolist() == [int(alive[r].sum()) for r in rows]
+    assert set(blocks["worker"]) <= set(client.scheduler_info()["workers"])
+    assert result.params["placement"] == "dynamic" and result.n_blocks == 7
+    # the work each block did: its live rows summed over the layers, from the recurrence
+    from sdnn_dask import records
+
+    frame = records.run_records(result, study="t").sort_values("block")
+    live = [sum(int(np.count_nonzero(y[r].any(axis=1))) for y in ys[:-1]) for r in rows]
+    assert frame["row_layers"].tolist() == live
+    assert frame["placement"].iloc[0] == "dynamic"
+    with pytest.raises(ValueError, match="placement must be one of static, dynamic"):
+        DataParallelExecutor(client, net, warm_up=False).run(inputs, placement="stealing")
 
 
 def _expected_communication(net, partition, ys, workers: int) -> dict[int, dict[str, int]]:

@@ -27,13 +27,14 @@ import dask.array as da
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
-from distributed import Client, Future, get_worker, wait
+from distributed import Client, Future, as_completed, get_worker, wait
 
 from .. import config
 from ..allocator import tune_allocator
 from ..kernels import KernelSettings, forward_block, warm_up_kernels
 from ..network import Network, as_csr32
 from ..partition import make_row_partition
+from ..registry import PLACEMENTS
 from ..result import RunResult, network_info
 from .base import Executor
 from .faults import WorkerLostError, connected, place_retrying
@@ -41,6 +42,7 @@ from .placement import keep_on
 
 #: Times a run sends again the blocks a dead worker took with it, and reruns them.
 RETRIES = 3
+
 
 
 def run_block(network: Network, block: Any, block_id: int,
@@ -120,6 +122,7 @@ class DataParallelExecutor(Executor):
         n_blocks: int | None = None,
         seed: int = 0,
         nbuckets: int | None = None,
+        placement: str = "static",
     ) -> RunResult:
         """Infer ``inputs`` with rows split into blocks.
 
@@ -137,7 +140,17 @@ class DataParallelExecutor(Executor):
             Seed of the ``"random"`` partition.
         nbuckets
             Buckets of the ``"hash"`` partition (default ``sdnn.data-parallel.nbuckets``).
+        placement
+            ``"static"`` (default): block ``b`` is placed on worker ``b mod P`` and runs
+            there, as MPI ranks each own their rows (default blocks: one per worker).
+            ``"dynamic"``: every block is placed on every worker, and each worker is given
+            the next block as soon as it finishes one, as in a manager-worker scheme
+            (default blocks: ``sdnn.data-parallel.dynamic-blocks-per-worker`` per worker).
+            Either way the blocks are placed before the clock starts.
         """
+        if placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, got "
+                             f"{placement!r}")
         self._kernel = self.kernel_settings()  # read here, on the client: tasks get it
         if isinstance(inputs, da.Array):
             if partition not in (None, "block", "chunks"):
@@ -151,24 +164,38 @@ class DataParallelExecutor(Executor):
         y = as_csr32(inputs)
         self._check_width(y.shape)
         if n_blocks is None:
-            n_blocks = self.n_workers * int(config.get("data-parallel.blocks-per-worker"))
+            per_worker = ("data-parallel.blocks-per-worker" if placement == "static"
+                          else "data-parallel.dynamic-blocks-per-worker")
+            n_blocks = self.n_workers * int(config.get(per_worker))
         part = make_row_partition(partition, y.shape[0], n_blocks, seed=seed, nbuckets=nbuckets)
         row_ids = part.blocks()
         blocks = [y[ids] for ids in row_ids]
 
-
         def place() -> list[Future]:
             self._prepare()
-            # Place the blocks (round-robin over the workers) before the clock starts.
-            futures = self.client.scatter(blocks, workers=self.workers, hash=False)
+            workers = self.workers
+            # Before the clock starts: static, block b on worker b mod P; dynamic, every
+            # block on every worker (a block can run wherever a worker frees up).
+            if placement == "static":
+                futures = [self.client.scatter([block], workers=[workers[b % len(workers)]],
+                                               hash=False)[0]
+                           for b, block in enumerate(blocks)]
+            else:
+                futures = self.client.scatter(blocks, workers=workers, broadcast=True,
+                                              hash=False)
             self._wait(futures)
             if any(f.cancelled() for f in [self._weights, *futures]):
                 raise CancelledError("data placed on a worker that died")
             return futures
 
         futures = place_retrying(self.client, self.strategy, place)
-        results, wall = self._map(futures, blocks)
-        params = {"seed": seed} if partition == "random" else {}
+        if placement == "static":
+            results, wall = self._map(futures, blocks)
+        else:
+            results, wall = self._map_dynamic(futures)
+        params: dict[str, Any] = {"placement": placement}
+        if partition == "random":
+            params["seed"] = seed
         if partition == "hash":
             params["nbuckets"] = nbuckets
         return self._assemble(results, row_ids, y.shape[0], wall, partition, params)
@@ -216,7 +243,10 @@ class DataParallelExecutor(Executor):
         start = time.perf_counter()
         workers = connected(self.client)
         block_futures = list(block_futures)
-        tasks = [self._submit(block, b) for b, block in enumerate(block_futures)]
+        pool = self.workers
+        # pinned where placed (block b on worker b mod P); a rerun goes where its block is
+        tasks = [self._submit(block, b, pool[b % len(pool)] if blocks is not None else None)
+                 for b, block in enumerate(block_futures)]
         retries = 0
         while True:
             try:
@@ -242,9 +272,44 @@ class DataParallelExecutor(Executor):
                     self.client.cancel(tasks[b])
                     block_futures[b], tasks[b] = block, self._submit(block, b)
 
-    def _submit(self, block: Future, block_id: int) -> Future:
+    def _submit(self, block: Future, block_id: int, worker: str | None = None) -> Future:
+        where = self.workers if worker is None else [worker]
         return self.client.submit(run_block, self._weights, block, block_id, self._kernel,
-                                  workers=self.workers, pure=False)
+                                  workers=where, allow_other_workers=False, pure=False)
+
+    def _map_dynamic(self, block_futures: list[Future]) -> tuple[list[dict[str, Any]], float]:
+        """Hand the blocks out one at a time: each worker gets the next block as soon as
+        it finishes one (every worker holds every block). Timed.
+
+        A worker lost mid-run raises :exc:`WorkerLostError` (no retry: the blocks are
+        everywhere, but which ran is the manager's state).
+        """
+        workers = self.workers
+        start = time.perf_counter()
+        queue = list(range(len(block_futures)))
+        running: dict[Future, str] = {}
+        for worker in workers:
+            if queue:
+                b = queue.pop(0)
+                running[self._submit(block_futures[b], b, worker)] = worker
+        results: dict[int, dict[str, Any]] = {}
+        try:
+            with self.client.as_current():  # as_completed looks up the current client
+                pending = as_completed(list(running))
+            for task in pending:
+                worker = running.pop(task)
+                res = task.result()
+                results[res["block"]] = res
+                if queue:
+                    b = queue.pop(0)
+                    nxt = self._submit(block_futures[b], b, worker)
+                    running[nxt] = worker
+                    pending.add(nxt)
+        except CancelledError as error:
+            raise WorkerLostError(self.strategy, set(workers) - connected(self.client),
+                                  " (dynamic placement)") from error
+        wall = time.perf_counter() - start
+        return [results[b] for b in range(len(block_futures))], wall
 
     def _assemble(
         self,
