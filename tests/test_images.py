@@ -163,7 +163,9 @@ def test_density_matches_challenge(n_neurons, n_rows):
 
 def test_density_large_images():
     n_rows = 100
-    y = make_inputs(n_rows, 65536, seed=2)
+    # 100 rows are about one writer run in the default order (whose pen thickness moves the
+    # density by tens of percent); the calibration itself is checked on independent rows
+    y = make_inputs(n_rows, 65536, seed=2, order="iid")
     assert abs(y.nnz / (n_rows * 65536) / CHALLENGE_DENSITY[65536] - 1) < 0.15
 
 
