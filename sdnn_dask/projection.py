@@ -1587,12 +1587,16 @@ def generated_profiles(runs: pd.DataFrame) -> dict[tuple[int, int, int], Surviva
     first = runs.drop_duplicates(["network", "inputs"])
     for _, run in first.iterrows():
         match = _GENERATED.match(str(run["network"]))
-        if match is None or str(run.get("source", "generated")) not in ("generated", ""):
+        source = str(run.get("source", "generated"))
+        orders = {"generated": "iid", "": "iid",
+                  "generated, official-like order": "official-like"}
+        if match is None or source not in orders:
             continue
         n, n_layers, seed = (int(g) for g in match.groups())
         rows = int(run["inputs"])
         network = make_network(n, n_layers, seed=seed)
-        profiles[n, n_layers, rows] = Survival.measure(network, make_inputs(rows, n, seed=seed))
+        inputs = make_inputs(rows, n, seed=seed, order=orders[source])
+        profiles[n, n_layers, rows] = Survival.measure(network, inputs)
     return profiles
 
 

@@ -93,6 +93,9 @@ class ProblemSpec:
         Override the inputs file and truth file found in ``data``.
     tile
         Repeat the inputs this many times (e.g. the official 1200 rows x 50).
+    order
+        Row order of generated inputs (:func:`sdnn_dask.images.make_inputs`): ``iid`` or
+        ``official-like`` (survivors cluster along the rows as in the official inputs).
     """
 
     neurons: int = 1024
@@ -103,9 +106,15 @@ class ProblemSpec:
     inputs_file: str | None = None
     truth: str | None = None
     tile: int = 1
+    order: str = "iid"
 
     def __post_init__(self) -> None:
         from . import config
+        from .images import ORDERS
+
+        if self.order not in ORDERS:
+            raise StudyError(f"order {self.order!r}: unknown{_nearest(self.order, ORDERS)}; "
+                             f"choose from {', '.join(ORDERS)}")
 
         sizes = sorted(int(k) for k in config.get("bias"))
         if not _is_int(self.neurons) or self.neurons not in sizes:
@@ -223,8 +232,10 @@ def load_problem(spec: ProblemSpec | None = None, *, cache: bool = True,
         _say(progress, f"generating RadiX-Net {n}-{layers} (seed {spec.seed}) and {rows} "
                        "synthetic inputs")
         network = make_network(n, layers, seed=spec.seed)
-        inputs = make_inputs(rows, n, seed=spec.seed)
+        inputs = make_inputs(rows, n, seed=spec.seed, order=spec.order)
         truth, source = None, f"generated RadiX-Net {n}-{layers}, seed {spec.seed}"
+        if spec.order != "iid":
+            source += f", {spec.order} row order"
     else:
         data = Path(spec.data)
         if not data.is_dir():
@@ -643,8 +654,9 @@ class Runner:
             result = self.execute(spec)
         check, against, diff = verify(result, self.problem.reference(), self.problem.truth)
         key = run_key(self.problem, spec, repeat)
-        source = self.problem.spec.data if self.problem.spec and self.problem.spec.data \
-            else "generated"
+        spec_ = self.problem.spec
+        source = spec_.data if spec_ and spec_.data else "generated" if not spec_ or \
+            spec_.order == "iid" else f"generated, {spec_.order} order"
         runs = records.run_records(result, study=self.study, check=check,
                                    check_against=against, max_abs_diff=diff,
                                    spec=key.rsplit("-r", 1)[0], repeat=repeat,
@@ -762,7 +774,7 @@ RUN_KEYS = {f.name: f.type for f in dataclasses.fields(RunSpec)}
 _INT_FIELDS = {"neurons", "layers", "inputs", "seed", "tile", "parts", "row_groups", "blocks",
                "workers", "nbuckets", "chunk_bytes"}
 _TEXT_FIELDS = {"data", "inputs_file", "truth", "strategy", "partition", "transport",
-                "placement"}
+                "placement", "order"}
 
 
 @dataclass

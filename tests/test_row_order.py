@@ -49,8 +49,8 @@ def test_iid_order_is_the_previous_generator(seed, n_rows, digest, nnz):
 
 
 def test_official_like_differs_but_keeps_prefix_and_density():
-    a = make_inputs(3000, 1024, seed=2)
-    b = make_inputs(1100, 1024, seed=2)
+    a = make_inputs(3000, 1024, seed=2, order="official-like")
+    b = make_inputs(1100, 1024, seed=2, order="official-like")
     assert (a[:1100] != b).nnz == 0  # prefix property across a block boundary
     assert (a != make_inputs(3000, 1024, seed=2, order="iid")).nnz > 0
     assert 0.09 < a.nnz / (3000 * 1024) < 0.12
@@ -62,6 +62,11 @@ def test_writer_factors_are_runs_and_prefixes():
     runs = 1 + np.count_nonzero(np.diff(w))
     assert 80 < 20000 / runs < 250  # mean run ~150 rows
     assert abs(w.mean()) < 0.3 and 0.6 < w.std() < 1.4
+
+
+def test_the_default_is_still_iid():
+    assert (make_inputs(700, 1024, seed=4) != make_inputs(700, 1024, seed=4, order="iid")
+            ).nnz == 0
 
 
 def test_invalid_order():

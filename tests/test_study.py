@@ -394,3 +394,15 @@ def test_a_study_on_the_official_files_checks_against_the_truth(client, tmp_path
     truth = io.read_categories(shared_data / "neuron1024-l120-categories.tsv.gz")
     first = truth[truth < 300]
     assert problem.truth.tolist() == [*first.tolist(), *(first + 300).tolist()]
+
+
+def test_a_problem_with_official_like_row_order():
+    problem = study.load_problem(neurons=1024, layers=2, inputs=500, seed=3,
+                                 order="official-like")
+    from sdnn_dask.images import make_inputs
+
+    assert (problem.inputs != make_inputs(500, 1024, seed=3, order="official-like")).nnz == 0
+    assert "official-like row order" in problem.source
+    assert ProblemSpec(order="official-like").key() != ProblemSpec().key()
+    with pytest.raises(StudyError, match="did you mean 'official-like'"):
+        ProblemSpec(order="oficial-like")
