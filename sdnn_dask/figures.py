@@ -111,7 +111,12 @@ def _config_title(row: pd.Series | dict) -> str:
     workers = count(row["workers"])
     w = f"{workers} worker{'s' if workers != '1' else ''}"
     if strategy == "data":
-        return f"data parallelism, {w}"
+        extra = ""
+        if "blocks" in row and count(row["blocks"]) != workers:
+            extra += f", {count(row['blocks'])} blocks"
+        if str(row.get("placement", "")) == "dynamic":
+            extra += ", dynamic"
+        return f"data parallelism, {w}{extra}"
     transport = str(row["transport"])
     transport = f", {transport}" if transport else ""
     if strategy == "hybrid":
@@ -132,9 +137,11 @@ def _short_title(config: dict, partition: str) -> str:
 
 
 def _configs(table: pd.DataFrame) -> list[tuple[dict, pd.DataFrame]]:
-    """``table`` split by :data:`SERIES` (in table order, which is the reader's order)."""
+    """``table`` split by :data:`SERIES` (and blocks and placement where it has them; in
+    table order, which is the reader's order)."""
     out = []
-    for _, rows in table.groupby(SERIES, sort=False, dropna=False):
+    keys = [*SERIES, *(c for c in ("blocks", "placement") if c in table)]
+    for _, rows in table.groupby(keys, sort=False, dropna=False):
         out.append((rows.iloc[0].to_dict(), rows))
     return out
 
@@ -465,3 +472,45 @@ __all__ = [
     "save_png",
     "survivors_figure",
 ]
+
+
+def imbalance_figure(cmp: pd.DataFrame, *, title: str = "") -> Figure | None:
+    """Data parallelism's imbalance and time against the number of row blocks, one line per
+    row partition and placement (``cmp``: one problem's :func:`sdnn_dask.report.
+    comparison` rows); ``None`` without data runs at two or more block counts."""
+    data = cmp[cmp["strategy"].astype(str) == "data"]
+    if data.empty or data["blocks"].nunique() < 2:
+        return None
+    fig = _figure(14, 4.4)
+    axes = fig.subplots(1, 3)
+    panels = [("work_imbalance", "work imbalance (max/mean of live row-layers)"),
+              ("imbalance", "compute imbalance (max/mean of block seconds)"),
+              ("seconds", "seconds (median)")]
+    keys = ["partition", "placement", "workers"]
+    groups = list(data.groupby(keys, sort=False, dropna=False))
+    for ax, (column, label) in zip(axes, panels, strict=True):
+        for (partition, placement, workers), rows in groups:
+            rows = rows.sort_values("blocks")
+            style = {"color": COLOURS.get(str(partition), "#17becf"),
+                     "linestyle": "--" if str(placement) == "dynamic" else "-",
+                     "marker": "o" if str(placement) == "dynamic" else "s"}
+            name = f"{partition}, {placement or 'static'}, {count(workers)} w"
+            ax.plot(rows["blocks"].astype(int), rows[column].astype(float), label=name,
+                    **style)
+        if column == "seconds" and "max_block_s" in data:
+            static = data[data["placement"].astype(str) != "dynamic"]
+            for partition, rows in static.groupby("partition", sort=False):
+                rows = rows.sort_values("blocks")
+                ax.plot(rows["blocks"].astype(int), rows["max_block_s"].astype(float),
+                        color=COLOURS.get(str(partition), "#17becf"), linestyle=":",
+                        marker="^", label=f"{partition}: slowest block (P = blocks, static)")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("row blocks")
+        ax.set_ylabel(label)
+        ax.grid(True, which="major", alpha=0.3)
+        if column != "seconds":
+            ax.axhline(1.0, color="#888888", linewidth=0.8)
+    axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    fig.suptitle("Data parallelism: balance against row blocks, with and without hashing"
+                 + title)
+    return fig

@@ -139,6 +139,14 @@ def build(runs: pd.DataFrame, layers: pd.DataFrame, *,
              "by side: contiguous blocks against hashed or random ones shows what hashing "
              "does to the imbalance (in the legend: max/mean).",
              figures.block_time_figure, mine["blocks"]),
+            ("imbalance", "Balance against row blocks",
+             "Data parallelism at several block counts: the work imbalance (max/mean of each "
+             "block's live rows summed over the layers), the compute imbalance (max/mean of "
+             "block seconds) and the time, per row partition (contiguous block, bucket hash, "
+             "random) and placement (static: block b pinned to worker b mod P; dynamic: "
+             "handed out as workers free up). Dotted: the slowest block, what P = blocks "
+             "static workers would take.",
+             figures.imbalance_figure, rows),
             ("survivors", "What survives each layer",
              f"Rows with any nonzero activation, and nonzeros, after each of the {layers_n} "
              "layers: how fast the work shrinks.",

@@ -139,6 +139,7 @@ def comparison(records: pd.DataFrame, baseline: str = "reference") -> pd.DataFra
         imbalance=("imbalance", "median"),
         survivor_imbalance=("survivor_imbalance", "median"),
         work_imbalance=("work_imbalance", "median"),
+        max_block_s=("max_block_s", "median"),
         mb_moved=("bytes_moved", lambda b: b.median() / 1e6),
         predicted_volume=("predicted_volume", "first"),
         check=("check", lambda c: "PASS" if (c == "PASS").all() else "FAIL"),
@@ -153,8 +154,8 @@ def comparison(records: pd.DataFrame, baseline: str = "reference") -> pd.DataFra
     out["vs_data"] = _best_seconds(out, passed & (strategy == "data"), ["workers"]) \
         / out["seconds"]
     columns = [*CONFIG, "repeats", "seconds", "edges_per_s", "speedup", "vs_kernel",
-               "vs_data", "imbalance", "survivor_imbalance", "work_imbalance", "mb_moved",
-               "predicted_volume", "check", "neurons", "layers", "edges"]
+               "vs_data", "imbalance", "survivor_imbalance", "work_imbalance", "max_block_s",
+               "mb_moved", "predicted_volume", "check", "neurons", "layers", "edges"]
     return sort_configurations(out[columns])
 
 
@@ -644,6 +645,10 @@ def layer_times(records: pd.DataFrame, layers: pd.DataFrame) -> pd.DataFrame:
     return _sort_series(out)[columns]
 
 
+#: Runs with more blocks than this have no bars in the per-block plot.
+MAX_BARS = 16
+
+
 def block_times(records: pd.DataFrame) -> pd.DataFrame:
     """Compute seconds of every block (data: row block; model/hybrid: part of a row group)
     of the parallel runs of the latest study, median over repeats.
@@ -656,9 +661,11 @@ def block_times(records: pd.DataFrame) -> pd.DataFrame:
     """
     records = typed(records, RUN_DTYPES)
     study = latest_study(records)
+    # many blocks: the imbalance-against-blocks plot shows them instead
     mine = records[(records["study"].astype(str) == study)
-                   & records["strategy"].isin(list(PARALLEL)) & (records["blocks"] > 1)]
-    keys = [*SERIES, "partition"]
+                   & records["strategy"].isin(list(PARALLEL)) & (records["blocks"] > 1)
+                   & (records["blocks"] <= MAX_BARS)]
+    keys = [*SERIES, "blocks", "placement", "partition"]
     columns = [*keys, "block", "compute_s", "imbalance"]
     if mine.empty:
         return pd.DataFrame(columns=columns)

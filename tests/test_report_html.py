@@ -464,3 +464,27 @@ def test_report_renders_in_a_browser(study, tmp_path):
     keep = os.environ.get("SDNN_REPORT_SCREENSHOT")
     if keep:  # to look at it
         shutil.copyfile(shot, keep)
+
+
+def test_imbalance_against_blocks_needs_two_block_counts():
+    pytest.importorskip("matplotlib")
+    from sdnn_dask import figures
+
+    def row(partition, placement, blocks, work, compute, seconds, slowest):
+        return {"strategy": "data", "partition": partition, "placement": placement,
+                "workers": 2, "blocks": blocks, "work_imbalance": work, "imbalance": compute,
+                "seconds": seconds, "max_block_s": slowest}
+
+    rows = [row("block", "static", 2, 1.3, 1.2, 1.0, 0.6),
+            row("block", "static", 8, 1.6, 1.5, 1.1, 0.2),
+            row("hash", "dynamic", 2, 1.0, 1.0, 0.9, 0.5),
+            row("hash", "dynamic", 8, 1.1, 1.1, 0.95, 0.15)]
+    cmp = pd.DataFrame(rows)
+    fig = figures.imbalance_figure(cmp)
+    lines = {line.get_label(): line for ax in fig.axes for line in ax.get_lines()}
+    assert lines["block, static, 2 w"].get_ydata().tolist() in ([1.3, 1.6], [1.2, 1.5],
+                                                               [1.0, 1.1])
+    assert "block: slowest block (P = blocks, static)" in lines  # static runs only
+    assert "hash: slowest block (P = blocks, static)" not in lines
+    assert figures.imbalance_figure(cmp[cmp["blocks"] == 2]) is None
+    assert figures.imbalance_figure(cmp.assign(strategy="model")) is None

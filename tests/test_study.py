@@ -47,6 +47,8 @@ def test_spec_defaults_make_equal_runs_equal_keys():
     ({"strategy": "data", "workers": 0}, "workers must be a positive integer"),
     ({"strategy": "model", "partition": "block", "epsilon": 0.1}, "epsilon applies to"),
     ({"strategy": "data", "partition": "block", "nbuckets": 2}, "nbuckets applies to"),
+    ({"strategy": "model", "placement": "dynamic"}, "placement applies to data"),
+    ({"strategy": "data", "placement": "dynamc"}, "did you mean 'dynamic'"),
 ])
 def test_impossible_specs_are_refused(kwargs, message):
     with pytest.raises(StudyError, match=message):
