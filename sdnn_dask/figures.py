@@ -477,9 +477,13 @@ __all__ = [
 def imbalance_figure(cmp: pd.DataFrame, *, title: str = "") -> Figure | None:
     """Data parallelism's imbalance and time against the number of row blocks, one line per
     row partition and placement (``cmp``: one problem's :func:`sdnn_dask.report.
-    comparison` rows); ``None`` without data runs at two or more block counts."""
+    comparison` rows); ``None`` without data runs at two or more block counts on one
+    worker count."""
     data = cmp[cmp["strategy"].astype(str) == "data"]
-    if data.empty or data["blocks"].nunique() < 2:
+    # only worker counts run at several block counts (not 1 block on 1 worker, 2 on 2)
+    counts = data.groupby("workers")["blocks"].transform("nunique")
+    data = data[counts >= 2]
+    if data.empty:
         return None
     fig = _figure(14, 4.4)
     axes = fig.subplots(1, 3)
@@ -505,6 +509,8 @@ def imbalance_figure(cmp: pd.DataFrame, *, title: str = "") -> Figure | None:
                         color=COLOURS.get(str(partition), "#17becf"), linestyle=":",
                         marker="^", label=f"{partition}: slowest block (P = blocks, static)")
         ax.set_xscale("log", base=2)
+        if column == "seconds":  # the slowest block is a small fraction of the run
+            ax.set_yscale("log")
         ax.set_xlabel("row blocks")
         ax.set_ylabel(label)
         ax.grid(True, which="major", alpha=0.3)

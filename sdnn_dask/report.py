@@ -61,9 +61,23 @@ def sort_configurations(table: pd.DataFrame) -> pd.DataFrame:
     return table.loc[order].reset_index(drop=True)
 
 
+def _named_problems(records: pd.DataFrame) -> pd.DataFrame:
+    """Typed records in which two problems with one network and row count but different
+    sources (e.g. generated rows in ``iid`` and ``official-like`` order) get different
+    ``network`` labels, ``name [source]``, so every table and plot keeps them apart."""
+    records = typed(records, RUN_DTYPES)
+    sources = records.groupby(["network", "inputs"])["source"].transform("nunique")
+    clash = sources > 1
+    if clash.any():
+        records = records.copy()
+        records.loc[clash, "network"] = (records.loc[clash, "network"].astype(str) + " ["
+                                         + records.loc[clash, "source"].astype(str) + "]")
+    return records
+
+
 def runs(records: pd.DataFrame) -> pd.DataFrame:
     """One row per run (the block rows collapsed), in the order runs were recorded."""
-    records = typed(records, RUN_DTYPES)
+    records = _named_problems(records)
     table = records[RUN_LEVEL].drop_duplicates("run_id").reset_index(drop=True)
     per_block = records.groupby("run_id", sort=False)["compute_s"].agg(["sum", "max"])
     table["compute_s"] = table["run_id"].map(per_block["sum"])
@@ -659,7 +673,7 @@ def block_times(records: pd.DataFrame) -> pd.DataFrame:
         :data:`SERIES`, ``partition, block, compute_s, imbalance`` (the configuration's
         median imbalance); runs of one block are left out (nothing to balance).
     """
-    records = typed(records, RUN_DTYPES)
+    records = _named_problems(records)
     study = latest_study(records)
     # many blocks: the imbalance-against-blocks plot shows them instead
     mine = records[(records["study"].astype(str) == study)

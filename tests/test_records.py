@@ -211,3 +211,18 @@ def test_records_frame_drops_empty_tables():
     one = records.run_records(_hand_made_run(), study="s")
     both = records.records_frame([empty, one, empty, one])
     assert len(both) == 8 and both.index.tolist() == list(range(8))
+
+
+def test_problems_with_one_network_but_two_sources_stay_apart():
+    table = pd.concat([
+        _fake("b", "kernel", "none", 4.0).assign(source="generated"),
+        _fake("b", "kernel", "none", 2.0).assign(source="generated, official-like order"),
+        _fake("b", "data", "hash", 1.0, blocks=2).assign(source="generated"),
+    ])
+    cmp = report.comparison(table)
+    assert sorted(cmp["network"]) == ["n [generated, official-like order]", "n [generated]",
+                                      "n [generated]"]
+    mine = cmp[cmp["network"] == "n [generated]"].set_index("strategy")
+    assert mine.loc["kernel", "repeats"] == 1 and mine.loc["data", "vs_kernel"] == 4.0
+    alone = report.comparison(table[table["source"] == "generated"])
+    assert set(alone["network"]) == {"n"}  # no label needed with one source

@@ -488,3 +488,6 @@ def test_imbalance_against_blocks_needs_two_block_counts():
     assert "hash: slowest block (P = blocks, static)" not in lines
     assert figures.imbalance_figure(cmp[cmp["blocks"] == 2]) is None
     assert figures.imbalance_figure(cmp.assign(strategy="model")) is None
+    # blocks that only follow the workers (1 on 1, 2 on 2) are not a block sweep
+    assert figures.imbalance_figure(pd.DataFrame([
+        {**rows[0], "workers": 1, "blocks": 1}, {**rows[0], "workers": 2, "blocks": 2}])) is None
