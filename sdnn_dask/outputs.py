@@ -58,6 +58,7 @@ def write_results(folder: Path, runs: pd.DataFrame, layers: pd.DataFrame,
             records.append_records(frame, staging / name)
             names.append(name)
         write_report(staging, names, runs, records.read_records(staging, "layers"), say)
+    remove_stale_plots(folder, names)
     return [folder / name for name in names]
 
 
@@ -139,4 +140,32 @@ def write_report_files(folder: Path, runs: pd.DataFrame, layers: pd.DataFrame,
     """(Re)write the report of ``folder``'s records, all files together or none."""
     with staged_writes(folder) as (staging, names):
         write_report(staging, names, runs, layers, say)
+    remove_stale_plots(folder, names)
     return [folder / name for name in names]
+
+
+#: The report's plot files: ``<stem>.png`` or ``<stem>-<network>-<inputs>.png``
+#: (``comparison.png``: written by earlier versions).
+PLOT_STEMS = ("rate", "blocks", "imbalance", "survivors", "layer-time", "communication",
+              "projection", "comparison")
+
+
+def remove_stale_plots(folder: Path, written: list[str]) -> list[Path]:
+    """Delete the report plots in ``folder`` that the report just written did not make
+    (from an earlier report of other problems), so the folder shows one report. Only
+    files named as the report names its plots are touched.
+
+    Returns
+    -------
+    list of Path
+        The files removed.
+    """
+    keep = set(written)
+    removed = []
+    for path in Path(folder).glob("*.png"):
+        stem = path.stem
+        ours = any(stem == s or stem.startswith(f"{s}-") for s in PLOT_STEMS)
+        if ours and path.name not in keep:
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed

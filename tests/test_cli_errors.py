@@ -356,3 +356,17 @@ def test_ill_conditioned_rows_give_no_false_fail(tmp_path, capsys):
             if line.startswith(("reference", "kernel", "data"))]
     assert len(rows) == 3 and all(line.endswith("PASS") for line in rows), captured.out
     assert "1 ill-conditioned row(s)" in captured.err
+
+
+def test_a_new_report_removes_the_plots_of_an_older_one(tmp_path, capsys):
+    results = tmp_path / "results"
+    assert run([*SMALL, "--results", str(results), "-q"], capsys)[0] == 0
+    stale = ["rate-radixnet-4096-24-s0-6000.png", "communication.png", "comparison.png"]
+    mine = ["my-figure.png", "notes.txt", "rates.png"]  # not named as the report's plots
+    for name in stale + mine:
+        (results / name).write_bytes(b"x")
+    code, err = run(["report", str(results)], capsys)
+    assert code == 0, err
+    names = {p.name for p in results.iterdir()}
+    assert names == WRITTEN | set(mine)
+    assert (results / "rate.png").read_bytes()[:4] == b"\x89PNG"
