@@ -29,7 +29,7 @@ from ._files import write_text_atomic
 from .network import Network
 from .reference import check_categories
 from .registry import NEURON_PARTITIONS, ROW_PARTITIONS, STRATEGIES, TRANSPORTS
-from .study import Problem, ProblemSpec, RunSpec, StudyError, available_layers
+from .study import Problem, ProblemSpec, RunSpec, StudyError
 
 if TYPE_CHECKING:
     pass
@@ -251,33 +251,28 @@ def _add_problem_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _problem_spec(args: argparse.Namespace) -> ProblemSpec:
-    return ProblemSpec(
-        neurons=args.neurons, layers=args.layers, inputs=args.inputs, seed=args.seed,
-        data=None if args.data is None else str(args.data),
-        inputs_file=None if args.inputs_file is None else str(args.inputs_file),
-        truth=None if args.truth is None else str(args.truth), tile=args.tile)
+    """The problem options as a spec (``partition`` has the network's options only)."""
+    def text(option: str) -> str | None:
+        value = getattr(args, option, None)
+        return None if value is None else str(value)
+
+    return ProblemSpec(neurons=args.neurons, layers=args.layers,
+                       inputs=getattr(args, "inputs", None), seed=args.seed,
+                       data=text("data"), inputs_file=text("inputs_file"),
+                       truth=text("truth"), tile=getattr(args, "tile", 1))
 
 
 def load_network(args: argparse.Namespace, progress: Progress) -> Network:
-    """Generate, or read from ``--data``, the network alone (``-L`` capped at the layers
-    the folder holds, with a message)."""
-    from .radixnet import make_network
-
-    n, layers = args.neurons, args.layers
-    if args.data is None:
-        with progress.step(f"generating RadiX-Net {n}-{layers} (seed {args.seed})"):
-            return make_network(n, layers, seed=args.seed)
-    held = available_layers(args.data, n)
-    if held == 0:
-        raise UsageError(f"--data {args.data}: no layer file of N = {n} (looked for "
-                         f"{io.layer_path(args.data, n, 1)})")
-    if held < layers:
-        progress.say(f"--data {args.data} holds layers 1-{held} of N = {n}, not {layers}: "
-                     f"running {held} layers")
-        layers = args.layers = held
-    with progress.step(f"reading {n}-{layers} weights from {args.data}"):
-        return io.read_network(args.data, n, layers, cache=not args.no_cache,
-                               progress=progress.counter("layers"))
+    """The network the options describe (:func:`sdnn_dask.study.load_network`: ``-L`` is
+    capped at the layers a ``--data`` folder holds, with a message)."""
+    try:
+        network, spec = study.load_network(_problem_spec(args), cache=not args.no_cache,
+                                           progress=progress.say,
+                                           layer_progress=progress.counter("layers"))
+    except StudyError as error:
+        raise UsageError(str(error)) from error
+    args.layers = spec.layers
+    return network
 
 
 def load_problem(args: argparse.Namespace, progress: Progress) -> Problem:
@@ -487,13 +482,14 @@ def _compare_specs(args: argparse.Namespace, progress: Progress) -> list[RunSpec
     default = _default_neuron_partitions(progress)
     model = _names(args.model or default, NEURON_PARTITIONS, "--model")
     hybrid = _names(args.hybrid or default, NEURON_PARTITIONS, "--hybrid")
-    transports = _transports(args.transport)
-    specs = [RunSpec("reference"), RunSpec("kernel")]
-    specs += [_spec(args, "data", p) for p in partitions]
-    for transport in transports:
-        specs += [_spec(args, "model", m, transport) for m in model]
-        specs += [_spec(args, "hybrid", m, transport) for m in hybrid]
-    return specs
+    try:
+        return study.default_specs(
+            partitions=partitions, model=model, hybrid=hybrid,
+            transports=_transports(args.transport), parts=args.parts,
+            row_groups=args.row_groups, blocks=args.blocks, seed=args.seed,
+            epsilon=args.epsilon)
+    except StudyError as error:
+        raise UsageError(str(error)) from error
 
 
 COMPARE_COLUMNS = ["strategy", "partition", "transport", "workers", "blocks", "parts",

@@ -79,10 +79,8 @@ def projection_of(runs: pd.DataFrame, layers: pd.DataFrame,
                   say: Callable[[str], None]) -> pd.DataFrame | None:
     """Measured against projected for the report, or ``None`` when the records cannot
     calibrate the cost model (:mod:`sdnn_dask.projection`)."""
-    try:
-        from .projection import report_projection
-    except ImportError:
-        return None
+    from .projection import report_projection
+
     try:
         return report_projection(runs, layers)
     except ValueError as error:  # too few kinds of runs to calibrate on

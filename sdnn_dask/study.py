@@ -112,9 +112,7 @@ class ProblemSpec:
         from . import config
         from .images import ORDERS
 
-        if self.order not in ORDERS:
-            raise StudyError(f"order {self.order!r}: unknown{_nearest(self.order, ORDERS)}; "
-                             f"choose from {', '.join(ORDERS)}")
+        _choice("order", self.order, ORDERS)
 
         sizes = sorted(int(k) for k in config.get("bias"))
         if not _is_int(self.neurons) or self.neurons not in sizes:
@@ -188,6 +186,45 @@ def available_layers(data: str | os.PathLike, neurons: int) -> int:
     return count
 
 
+def load_network(spec: ProblemSpec, *, cache: bool = True,
+                 progress: Callable[[str], None] | None = None,
+                 layer_progress: Callable[[int, int], None] | None = None
+                 ) -> tuple[Network, ProblemSpec]:
+    """The problem's network alone: generated, or read from ``spec.data`` with ``layers``
+    capped at the layers the folder holds (said through ``progress``).
+
+    Returns
+    -------
+    Network, ProblemSpec
+        The network, and ``spec`` with the layers it has.
+
+    Raises
+    ------
+    StudyError
+        A ``data`` folder that is missing or holds no layer of that ``N``.
+    """
+    from .radixnet import make_network
+
+    n, layers = spec.neurons, spec.layers
+    if spec.data is None:
+        _say(progress, f"generating RadiX-Net {n}-{layers} (seed {spec.seed})")
+        return make_network(n, layers, seed=spec.seed), spec
+    data = Path(spec.data)
+    if not data.is_dir():
+        raise StudyError(f"data {data}: no such folder")
+    held = available_layers(data, n)
+    if held == 0:
+        raise StudyError(f"data {data}: no layer file of N = {n} "
+                         f"(looked for {io.layer_path(data, n, 1)})")
+    if held < layers:
+        _say(progress, f"{data} holds layers 1-{held} of N = {n}, not {layers}: "
+                       f"running {held} layers")
+        spec = dataclasses.replace(spec, layers=held)
+    _say(progress, f"reading {n}-{spec.layers} weights from {data}")
+    network = io.read_network(data, n, spec.layers, cache=cache, progress=layer_progress)
+    return network, spec
+
+
 def load_problem(spec: ProblemSpec | None = None, *, cache: bool = True,
                  progress: Callable[[str], None] | None = None,
                  layer_progress: Callable[[int, int], None] | None = None,
@@ -221,36 +258,22 @@ def load_problem(spec: ProblemSpec | None = None, *, cache: bool = True,
         From reading the files.
     """
     from .images import make_inputs
-    from .radixnet import make_network
 
     spec = spec or ProblemSpec(**fields)
+    network, spec = load_network(spec, cache=cache, progress=progress,
+                                 layer_progress=layer_progress)
     n, layers = spec.neurons, spec.layers
     if spec.data is None:
         if spec.inputs_file or spec.truth:
             raise StudyError("inputs_file and truth go with data (a challenge folder)")
         rows = DEFAULT_ROWS if spec.inputs is None else spec.inputs
-        _say(progress, f"generating RadiX-Net {n}-{layers} (seed {spec.seed}) and {rows} "
-                       "synthetic inputs")
-        network = make_network(n, layers, seed=spec.seed)
+        _say(progress, f"generating {rows} synthetic inputs")
         inputs = make_inputs(rows, n, seed=spec.seed, order=spec.order)
         truth, source = None, f"generated RadiX-Net {n}-{layers}, seed {spec.seed}"
         if spec.order != "iid":
             source += f", {spec.order} row order"
     else:
         data = Path(spec.data)
-        if not data.is_dir():
-            raise StudyError(f"data {data}: no such folder")
-        held = available_layers(data, n)
-        if held == 0:
-            raise StudyError(f"data {data}: no layer file of N = {n} "
-                             f"(looked for {io.layer_path(data, n, 1)})")
-        if held < layers:
-            _say(progress, f"{data} holds layers 1-{held} of N = {n}, not {layers}: "
-                           f"running {held} layers")
-            layers = held
-            spec = dataclasses.replace(spec, layers=held)
-        _say(progress, f"reading {n}-{layers} weights from {data}")
-        network = io.read_network(data, n, layers, cache=cache, progress=layer_progress)
         path = Path(spec.inputs_file) if spec.inputs_file else io.inputs_path(data, n)
         if not path.is_file():
             raise StudyError(f"inputs file {path}: no such file")
@@ -332,9 +355,7 @@ class RunSpec:
     def __post_init__(self) -> None:
         # Defaults filled in, fields that do not apply cleared: equal runs, equal keys.
         s = self.strategy
-        if s not in STRATEGIES:
-            raise StudyError(f"strategy {s!r}: unknown{_nearest(s, STRATEGIES)}; choose "
-                             f"from {', '.join(STRATEGIES)}")
+        _choice("strategy", s, STRATEGIES)
         fix = object.__setattr__
         allowed = partitions_of(s)
         partition = self.partition or allowed[0]
@@ -378,12 +399,8 @@ class RunSpec:
         if s != "data" and self.placement is not None:
             raise StudyError("placement applies to data parallelism (static or dynamic)")
         if s == "data":
-            placement = self.placement or PLACEMENTS[0]
-            if placement not in PLACEMENTS:
-                raise StudyError(f"placement {placement!r}: unknown"
-                                 f"{_nearest(placement, PLACEMENTS)}; choose from "
-                                 f"{', '.join(PLACEMENTS)}")
-            fix(self, "placement", placement)
+            fix(self, "placement", _choice("placement", self.placement or PLACEMENTS[0],
+                                           PLACEMENTS))
             for name in ("parts", "row_groups", "transport", "epsilon"):
                 if getattr(self, name) is not None:
                     raise StudyError(f"{name} does not apply to data parallelism "
@@ -396,12 +413,8 @@ class RunSpec:
         if self.blocks is not None:
             raise StudyError(f"blocks does not apply to {s} runs (they have parts x "
                              "row_groups blocks)")
-        transport = self.transport or TRANSPORTS[0]
-        if transport not in TRANSPORTS:
-            raise StudyError(f"transport {transport!r}: unknown"
-                             f"{_nearest(transport, TRANSPORTS)}; choose from "
-                             f"{', '.join(TRANSPORTS)}")
-        fix(self, "transport", transport)
+        fix(self, "transport", _choice("transport", self.transport or TRANSPORTS[0],
+                                       TRANSPORTS))
         if s == "model":
             if self.row_groups not in (None, 1):
                 raise StudyError("model parallelism has one row group; use strategy "
@@ -653,13 +666,13 @@ class Runner:
             kernel = KernelSettings.resolve()  # what the tasks get: read here, on the client
             result = self.execute(spec)
         check, against, diff = verify(result, self.problem.reference(), self.problem.truth)
-        key = run_key(self.problem, spec, repeat)
         spec_ = self.problem.spec
         source = spec_.data if spec_ and spec_.data else "generated" if not spec_ or \
             spec_.order == "iid" else f"generated, {spec_.order} order"
         runs = records.run_records(result, study=self.study, check=check,
                                    check_against=against, max_abs_diff=diff,
-                                   spec=key.rsplit("-r", 1)[0], repeat=repeat,
+                                   spec=config_key(self.problem.key(), spec),
+                                   repeat=repeat,
                                    source=source, kernel=kernel)
         layers = records.layer_records(result, study=self.study)
         return RunOutcome(spec, result, check, Records(runs, layers))
@@ -675,9 +688,14 @@ def _kernel_config(spec: RunSpec) -> dict[str, Any]:
     return out
 
 
-def run_key(problem: Problem, spec: RunSpec, repeat: int) -> str:
+def config_key(problem_key: str, spec: RunSpec) -> str:
+    """A configuration on a problem: ``<problem>-<spec>`` (the records' ``spec``)."""
+    return f"{problem_key}-{spec.key()}"
+
+
+def run_key(problem_key: str, spec: RunSpec, repeat: int) -> str:
     """The file name of a run in a study's dataset: ``<problem>-<spec>-r<repeat>``."""
-    return f"{problem.key()}-{spec.key()}-r{repeat}"
+    return f"{config_key(problem_key, spec)}-r{repeat}"
 
 
 def compare(problem: Problem, client: Client | None = None, *, cluster: Any = None,
@@ -771,10 +789,9 @@ STUDY_KEYS: dict[str, type | tuple[type, ...]] = {
 }
 PROBLEM_KEYS = {f.name: f.type for f in dataclasses.fields(ProblemSpec)}
 RUN_KEYS = {f.name: f.type for f in dataclasses.fields(RunSpec)}
-_INT_FIELDS = {"neurons", "layers", "inputs", "seed", "tile", "parts", "row_groups", "blocks",
-               "workers", "nbuckets", "chunk_bytes"}
-_TEXT_FIELDS = {"data", "inputs_file", "truth", "strategy", "partition", "transport",
-                "placement", "order"}
+#: Each key's kind of value, read off the annotations (``"int | None"`` -> ``"int"``).
+_KINDS = {name: str(kind).split("|")[0].strip()
+          for name, kind in {**PROBLEM_KEYS, **RUN_KEYS}.items()}
 
 
 @dataclass
@@ -935,13 +952,9 @@ class Study:
         if done and not resume:
             raise StudyError(f"{results} already holds {len(done)} recorded run(s); resume "
                              "them (--resume) or choose another folder")
-        todo = [(p, r, s) for p, r, s in self.plan()]
-        pending = []
+        keys = {(p, r, s): run_key(p.key(), s, r) for p, r, s in self.plan()}
+        pending = [t for t, key in keys.items() if key not in done]
         loaded: dict[ProblemSpec, Problem] = {}
-        keys = {}
-        for problem_spec, repeat, spec in todo:
-            keys[problem_spec, repeat, spec] = f"{problem_spec.key()}-{spec.key()}-r{repeat}"
-        pending = [t for t in todo if keys[t] not in done]
         _say(progress, f"study {self.name}: {self.total} run(s), {self.total - len(pending)} "
                        f"already recorded, {len(pending)} to run")
         own = client is None and any(s.strategy not in SERIAL_STRATEGIES
@@ -1012,6 +1025,14 @@ def _digest(fields: dict[str, Any]) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
+def _choice(what: str, value: str, choices: Sequence[str]) -> str:
+    """``value`` if it is one of ``choices``, else :exc:`StudyError` naming the nearest."""
+    if value not in choices:
+        raise StudyError(f"{what} {value!r}: unknown{_nearest(value, choices)}; choose from "
+                         f"{', '.join(choices)}")
+    return value
+
+
 def _nearest(word: Any, choices: Iterable[str]) -> str:
     close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.5)
     return f" (did you mean {close[0]!r}?)" if close else ""
@@ -1042,12 +1063,12 @@ def _check_keys(entry: dict, allowed: Iterable[str], where: str) -> None:
 
 
 def _check_value(key: str, value: Any, where: str) -> None:
-    if key in _INT_FIELDS and not _is_int(value):
+    kind = _KINDS.get(key)
+    if kind == "int" and not _is_int(value):
         raise StudyError(f"{where}: {key} must be an integer, got {value!r}")
-    if key in _TEXT_FIELDS and not isinstance(value, str):
+    if kind == "str" and not isinstance(value, str):
         raise StudyError(f"{where}: {key} must be text, got {value!r}")
-    if key in ("epsilon", "dense_threshold") and (isinstance(value, bool)
-                                                  or not isinstance(value, int | float)):
+    if kind == "float" and (isinstance(value, bool) or not isinstance(value, int | float)):
         raise StudyError(f"{where}: {key} must be a number, got {value!r}")
 
 
