@@ -169,9 +169,45 @@ def _compact_columns(src, alive, dst):  # pragma: no cover
                 c += 1
 
 
+@numba.njit(nogil=True, cache=True)
+def _column_nnz(tile):  # pragma: no cover
+    """Nonzeros of each column of ``tile``."""
+    counts = np.zeros(tile.shape[1], np.int64)
+    for k in range(tile.shape[0]):
+        for r in range(tile.shape[1]):
+            if tile[k, r] != 0.0:
+                counts[r] += 1
+    return counts
+
+
+@numba.njit(nogil=True, cache=True)
+def _dense_t_to_csr(yt):  # pragma: no cover
+    """``(indptr, indices, data)`` of the CSR of ``yt.T``, scanning ``yt`` row-major."""
+    n, rows = yt.shape
+    counts = _column_nnz(yt)
+    indptr = np.zeros(rows + 1, np.int64)
+    for r in range(rows):
+        indptr[r + 1] = indptr[r] + counts[r]
+    indices = np.empty(indptr[rows], np.int32)
+    data = np.empty(indptr[rows], np.float32)
+    at = indptr[:rows].copy()
+    for k in range(n):
+        for r in range(rows):
+            v = yt[k, r]
+            if v != 0.0:
+                indices[at[r]] = k
+                data[at[r]] = v
+                at[r] += 1
+    return indptr, indices, data
+
+
 def dense_t_to_csr(yt: np.ndarray) -> sp.csr_matrix:
     """The ``rows x n`` CSR of a dense transposed tile."""
-    return as_csr32(sp.csr_matrix(yt.T))
+    indptr, indices, data = _dense_t_to_csr(yt)
+    csr = sp.csr_matrix((data, indices, indptr), shape=(yt.shape[1], yt.shape[0]))
+    csr.has_sorted_indices = True  # canonical by construction: sorted, no zeros
+    csr.has_canonical_format = True
+    return csr
 
 
 @dataclass
@@ -275,16 +311,75 @@ def forward_block(
     >>> out.rows.tolist(), out.values.toarray().tolist()
     ([0, 2], [[1.0, 0.0, 0.0, 0.0], [9.0, 1.0, 0.0, 0.0]])
     """
+    settings = KernelSettings.resolve(dense_threshold, chunk_bytes)
+    return finish_blocks(network, [start_block(network, inputs, settings)], settings)[0]
+
+
+def forward_blocks(network: Network, blocks: list[sp.csr_matrix | sp.sparray],
+                   settings: KernelSettings | None = None) -> list[BlockOutput]:
+    """Run several blocks through ``network`` as one worker would: each block alone
+    through its early layers, then their survivors merged into full tiles.
+
+    Equal, row for row, to :func:`forward_block` on each block; faster when the blocks
+    are small, since late layers then run on full tiles instead of a few rows per block.
+    """
+    settings = settings or KernelSettings.resolve()
+    return finish_blocks(network, [start_block(network, b, settings) for b in blocks],
+                         settings)
+
+
+@dataclass
+class BlockState:
+    """A block part way through the network (see :func:`start_block`).
+
+    Attributes
+    ----------
+    n_rows
+        Rows the block had on input.
+    layer
+        Layers done: the next one to run is ``layer`` (0-based).
+    chunks
+        The live rows, block-local ids and activations, in chunks.
+    stats
+        ``layers x 4``: rows in, rows out, nonzeros out and seconds of each layer done.
+    modes
+        The kernel modes each layer used (bits of ``_MODE_BITS``).
+    chunk_rows
+        Rows of a full chunk (from the kernel settings).
+    """
+
+    n_rows: int
+    layer: int
+    chunks: list[_Chunk] = field(repr=False)
+    stats: np.ndarray = field(repr=False)
+    modes: np.ndarray = field(repr=False)
+    chunk_rows: int
+
+    @property
+    def seconds(self) -> float:
+        """Compute seconds spent on the block so far."""
+        return float(self.stats[:, 3].sum())
+
+
+def _settings_rows(network: Network, settings: KernelSettings) -> int:
+    return max(1, int(settings.chunk_bytes) // (4 * network.n_neurons))
+
+
+def start_block(network: Network, inputs: sp.csr_matrix | sp.sparray,
+                settings: KernelSettings | None = None) -> BlockState:
+    """Run a block through its early layers, where most rows die (phase 1).
+
+    Each chunk runs depth first, alone, so only one chunk's tiles are live at a time
+    (cache- and page-fault-friendly); the first chunk decides how far: until at most a
+    quarter of its rows survive. Survivors are repacked into full chunks as they come.
+    :func:`finish_blocks` runs the rest.
+    """
+    settings = settings or KernelSettings.resolve()
     y = as_csr32(inputs)
     n = network.n_neurons
     if y.shape[1] != n:
         raise ValueError(f"inputs have {y.shape[1]} columns, the network has {n} neurons")
-    if dense_threshold is None:
-        dense_threshold = config.get("kernel.dense-threshold")
-    if chunk_bytes is None:
-        chunk_bytes = config.get("kernel.chunk-bytes")
-    threshold = float(dense_threshold)
-    chunk_rows = max(1, int(chunk_bytes) // (4 * n))
+    chunk_rows = _settings_rows(network, settings)
     n_rows = int(y.shape[0])
     # Start from the rows that hold anything: empty input rows are dead already.
     live = np.flatnonzero(np.diff(y.indptr)).astype(np.int64)
@@ -294,30 +389,14 @@ def forward_block(
         for s in range(0, len(live), chunk_rows)
     ]
     pool = _BufferPool(n * chunk_rows)
-    bias, ymax = network.bias, np.float32(network.ymax)
-    layers = list(zip(network.layers, network.transposed, network.output_order, strict=True))
-    n_layers = len(layers)
-    stats = np.zeros((n_layers, 4))  # rows_in, rows_out, nnz_out, seconds
-    modes: list[set[str]] = [set() for _ in range(n_layers)]
-
-    def advance(chunk: _Chunk, k: int) -> None:
-        rows_in = len(chunk.live)
-        if rows_in:
-            t0 = time.perf_counter()
-            w, wt, order = layers[k]
-            modes[k].add(chunk.step(w, wt, order, bias, ymax, threshold, pool, chunk_rows))
-            stats[k] += (rows_in, len(chunk.live), chunk.nnz, time.perf_counter() - t0)
-
-    # Phase 1, depth first: each chunk alone through the early layers, where most rows
-    # die, so only one chunk's tiles are live at a time (cache- and page-fault-friendly).
-    # The first chunk decides how far: until at most a quarter of its rows survive.
+    step = _Stepper(network, settings, pool, chunk_rows)
     early = 0
     packed: list[_Chunk] = []
     pending: list[_Chunk] = []
     for i, chunk in enumerate(chunks):
         k = 0
-        while k < n_layers and (k < early if i else 4 * len(chunk.live) > chunk_rows):
-            advance(chunk, k)
+        while k < step.n_layers and (k < early if i else 4 * len(chunk.live) > chunk_rows):
+            step.advance(chunk, k)
             k += 1
         if i == 0:
             early = k
@@ -331,27 +410,140 @@ def forward_block(
             pending = [last] if len(last.live) < chunk_rows else []
             if not pending:
                 packed.append(last)
-    chunks = packed + pending
-    # Phase 2, layer by layer over full chunks, repacking when they are half empty.
-    for k in range(early, n_layers):
+    for chunk in pending:  # part-empty tiles: kept compact until merged in phase 2
+        chunk.to_csr(pool)
+    return BlockState(n_rows, early, packed + pending, step.stats[0], step.modes[0],
+                      chunk_rows)
+
+
+def finish_blocks(network: Network, states: list[BlockState],
+                  settings: KernelSettings | None = None) -> list[BlockOutput]:
+    """Run blocks started by :func:`start_block` through their remaining layers (phase 2).
+
+    Layer by layer over full chunks, repacking when they are half empty. The blocks'
+    survivors share the chunks: a block joins at the layer its own phase 1 stopped at,
+    so with many small blocks the late layers still run on full tiles. Each block's
+    trace is its own: rows and nonzeros counted per block, and a shared chunk's seconds
+    split among its blocks by their rows in it.
+    """
+    settings = settings or KernelSettings.resolve()
+    chunk_rows = _settings_rows(network, settings)
+    if any(s.chunk_rows != chunk_rows for s in states):
+        raise ValueError("blocks started with other kernel settings")
+    n = network.n_neurons
+    pool = _BufferPool(n * chunk_rows)
+    offsets = np.cumsum([0] + [s.n_rows for s in states])
+    step = _Stepper(network, settings, pool, chunk_rows, offsets if len(states) > 1 else None)
+    for b, state in enumerate(states):  # block-local ids -> ids unique among the blocks
+        step.stats[b, : state.layer] = state.stats[: state.layer]
+        step.modes[b, : state.layer] = state.modes[: state.layer]
+        for chunk in state.chunks:
+            chunk.live = chunk.live + offsets[b]
+    joining = sorted(range(len(states)), key=lambda b: states[b].layer)
+    chunks: list[_Chunk] = []
+    for k in range(min((s.layer for s in states), default=0), step.n_layers):
+        if joining and states[joining[0]].layer == k:
+            new: list[_Chunk] = []
+            while joining and states[joining[0]].layer == k:
+                new += states[joining.pop(0)].chunks
+            # the joining blocks' part-empty tiles (phase 1 leaves one or two each, sparse)
+            # become full ones
+            partial = [c for c in new if len(c.live) < chunk_rows]
+            if len(partial) > 1:
+                new = [c for c in new if len(c.live) == chunk_rows] + _Chunk.repack(
+                    partial, chunk_rows, n, pool)
+            chunks += new
         for chunk in chunks:
-            advance(chunk, k)
-        chunks = [c for c in chunks if len(c.live)]
-        live_rows = sum(len(c.live) for c in chunks)
-        if len(chunks) > 1 and len(chunks) >= 2 * -(-live_rows // chunk_rows):  # half empty
-            chunks = _Chunk.repack(chunks, chunk_rows, n, pool)
-    trace = [
-        (k + 1, "none" if not modes[k] else modes[k].pop() if len(modes[k]) == 1 else "mixed",
-         int(stats[k, 0]), int(stats[k, 1]), int(stats[k, 2]), float(stats[k, 3]))
-        for k in range(n_layers)
-    ]
+            step.advance(chunk, k)
+        chunks = _Chunk.repack_if_half_empty([c for c in chunks if len(c.live)], chunk_rows,
+                                             n, pool)
+    for b in joining:  # blocks that finished in phase 1
+        chunks += states[b].chunks
     if chunks:
         rows = np.concatenate([c.live for c in chunks])
         values = sp.vstack([c.to_csr() for c in chunks], format="csr")
     else:
         rows, values = np.empty(0, np.int64), sp.csr_matrix((0, n), dtype=np.float32)
-    return BlockOutput(rows, as_csr32(values), n_rows,
-                       pd.DataFrame(trace, columns=TRACE_COLUMNS))
+    if len(states) > 1:  # back into block order (chunks joined by layer, not by block)
+        order = np.argsort(rows, kind="stable")
+        rows, values = rows[order], values[order]
+    values = as_csr32(values)
+    cuts = np.searchsorted(rows, offsets)
+    outputs = []
+    for b, state in enumerate(states):
+        mine = slice(cuts[b], cuts[b + 1])
+        stats = step.stats[b]
+        trace = pd.DataFrame({
+            "layer": np.arange(1, step.n_layers + 1),
+            "mode": np.asarray(_MODE_NAMES, dtype=object)[step.modes[b]],
+            "rows_in": stats[:, 0].astype(np.int64), "rows_out": stats[:, 1].astype(np.int64),
+            "nnz_out": stats[:, 2].astype(np.int64), "seconds": stats[:, 3]})
+        outputs.append(BlockOutput(rows[mine] - offsets[b], values[mine], state.n_rows, trace))
+    return outputs
+
+
+#: A layer's modes as bits, so a block's can be or-ed together; and back to the name.
+_MODE_BITS = {"dense": 1, "sparse": 2}
+_MODE_NAMES = ("none", "dense", "sparse", "mixed")
+
+
+class _Stepper:
+    """Advances chunks one layer, keeping each block's per-layer statistics.
+
+    ``offsets`` (``blocks + 1``) says which block a chunk's row ids belong to; without
+    it every row is block 0's.
+    """
+
+    def __init__(self, network: Network, settings: KernelSettings, pool: _BufferPool,
+                 chunk_rows: int, offsets: np.ndarray | None = None):
+        self.layers = list(zip(network.layers, network.transposed, network.output_order,
+                               strict=True))
+        self.n_layers = len(self.layers)
+        self.bias, self.ymax = network.bias, np.float32(network.ymax)
+        self.threshold = float(settings.dense_threshold)
+        self.pool, self.chunk_rows = pool, chunk_rows
+        self.offsets = offsets
+        n_blocks = 1 if offsets is None else len(offsets) - 1
+        self.stats = np.zeros((n_blocks, self.n_layers, 4))  # rows in/out, nnz out, seconds
+        self.modes = np.zeros((n_blocks, self.n_layers), np.uint8)  # bits of _MODE_BITS
+
+    def advance(self, chunk: _Chunk, k: int) -> None:
+        """Run layer ``k`` on ``chunk``, adding to its blocks' statistics.
+
+        A chunk's row ids are increasing and no two chunks' id ranges overlap (see
+        :meth:`_Chunk.repack`), so a chunk holds each block's rows as one run: its
+        blocks' counts come from cutting it at the blocks' offsets.
+        """
+        live = chunk.live
+        rows_in = len(live)
+        if not rows_in:
+            return
+        offsets = self.offsets
+        single = True
+        if offsets is not None:
+            first, last = np.searchsorted(offsets, (live[0], live[-1]), side="right") - 1
+            single = first == last
+        t0 = time.perf_counter()
+        w, wt, order = self.layers[k]
+        mode = chunk.step(w, wt, order, self.bias, self.ymax, self.threshold, self.pool,
+                          self.chunk_rows)
+        seconds = time.perf_counter() - t0
+        if single:  # one block's rows: the chunk's totals are that block's
+            b = 0 if offsets is None else int(first)
+            self.stats[b, k] += (rows_in, len(chunk.live), chunk.nnz, seconds)
+            self.modes[b, k] |= _MODE_BITS[mode]
+            return
+        blocks = slice(first, last + 1)
+        cuts = offsets[first : last + 2]
+        rows_in_b = np.diff(np.searchsorted(live, cuts))
+        cut_out = np.searchsorted(chunk.live, cuts)
+        nnz_before = np.concatenate([[0], np.cumsum(chunk.row_nnz())])
+        stats = self.stats[blocks, k]
+        stats[:, 0] += rows_in_b
+        stats[:, 1] += np.diff(cut_out)
+        stats[:, 2] += np.diff(nnz_before[cut_out])
+        stats[:, 3] += seconds * rows_in_b / rows_in  # a shared tile's time, split by rows
+        self.modes[blocks, k][rows_in_b > 0] |= _MODE_BITS[mode]
 
 
 class _BufferPool:
@@ -443,6 +635,14 @@ class _Chunk:
         self.live, self.nnz = self.live[kept], int(ox.shape[0])
         return "sparse"
 
+    def row_nnz(self) -> np.ndarray:
+        """Nonzeros of each live row."""
+        if not len(self.live):  # every row died: the tile is gone
+            return np.zeros(0, np.int64)
+        if self.csr is not None:
+            return np.diff(self.csr.indptr)
+        return _column_nnz(self.dense_t)
+
     def to_csr(self, pool: _BufferPool | None = None) -> sp.csr_matrix:
         """The live rows as CSR (``len(live) x n``); a dense chunk becomes sparse."""
         if self.csr is None:
@@ -453,15 +653,35 @@ class _Chunk:
         return self.csr
 
     @staticmethod
+    def repack_if_half_empty(chunks: list[_Chunk], chunk_rows: int, n: int,
+                             pool: _BufferPool) -> list[_Chunk]:
+        """``chunks``, repacked (:meth:`repack`) if they fill half their tiles or less."""
+        live_rows = sum(len(c.live) for c in chunks)
+        if len(chunks) > 1 and len(chunks) >= 2 * -(-live_rows // chunk_rows):
+            return _Chunk.repack(chunks, chunk_rows, n, pool)
+        return chunks
+
+    @staticmethod
     def repack(chunks: list[_Chunk], chunk_rows: int, n: int, pool: _BufferPool
                ) -> list[_Chunk]:
-        """The rows of ``chunks``, in order, as full chunks of ``chunk_rows`` (the last
-        may be short); the old chunks' buffers go back to the pool."""
+        """The rows of ``chunks``, in order of their ids, as full chunks of ``chunk_rows``
+        (the last may be short); the old chunks' buffers go back to the pool.
+
+        Every chunk's ids increase (:class:`_Stepper` relies on it). One block's chunks
+        hold consecutive id ranges, so they only need putting end to end; chunks of
+        several blocks may interleave, and are then merged by id.
+        """
+        chunks = sorted(chunks, key=lambda c: c.live[0])
         live = np.concatenate([c.live for c in chunks])
+        order = None if np.all(live[1:] > live[:-1]) else np.argsort(live, kind="stable")
         if all(c._buffers is None for c in chunks):
             csr = sp.vstack([c.csr for c in chunks], format="csr")
+            if order is not None:
+                live, csr = live[order], csr[order]
             return [_Chunk(live[s : s + chunk_rows], csr=csr[s : s + chunk_rows])
                     for s in range(0, len(live), chunk_rows)]
+        if order is not None:
+            return _Chunk._merge_dense(chunks, live, order, chunk_rows, n, pool)
         packed = []
         for s in range(0, len(live), chunk_rows):
             part = _Chunk(live[s : s + chunk_rows])
@@ -484,6 +704,30 @@ class _Chunk:
                 done += take
                 position += take
             c.release(pool)
+        return packed
+
+    @staticmethod
+    def _merge_dense(chunks: list[_Chunk], live: np.ndarray, order: np.ndarray,
+                     chunk_rows: int, n: int, pool: _BufferPool) -> list[_Chunk]:
+        """:meth:`repack` of chunks whose ids interleave: gather the columns by id."""
+        every = np.empty((n, len(live)), np.float32)
+        at = 0
+        for c in chunks:
+            if c.dense_t is not None:
+                every[:, at : at + len(c.live)] = c.dense_t
+            else:
+                _csr_to_dense_t(c.csr.indptr, c.csr.indices, c.csr.data,
+                                every[:, at : at + len(c.live)])
+            at += len(c.live)
+            c.release(pool)
+        live = live[order]
+        packed = []
+        for s in range(0, len(live), chunk_rows):
+            part = _Chunk(live[s : s + chunk_rows])
+            part._attach(pool, chunk_rows)
+            np.take(every, order[s : s + chunk_rows], axis=1, out=part.dense_t)
+            part.nnz = int(np.count_nonzero(part.dense_t))
+            packed.append(part)
         return packed
 
 

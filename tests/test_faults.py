@@ -142,6 +142,38 @@ def test_data_parallel_survives_a_killed_worker(cluster, network, data_problem):
     assert set(again.blocks["worker"]) == set(cluster.nthreads())
 
 
+def test_data_parallel_merged_blocks_survive_a_killed_worker(cluster, network, data_problem):
+    """Several blocks a worker: one task runs them all, merged (``run_blocks``); the dead
+    worker's blocks are sent again and that task reruns elsewhere."""
+    inputs, reference = data_problem
+    executor = DataParallelExecutor(cluster, network)
+    killer = Killer(cluster, "run_blocks")
+    killer.start()
+    result = executor.run(inputs, partition="hash", n_blocks=6)
+    victim = killer.check(time.monotonic())
+    assert_same_result(result, reference)
+    assert victim not in set(result.blocks["worker"])
+    assert sorted(result.blocks["block"]) == list(range(6))
+
+
+def test_dynamic_placement_raises_on_a_killed_worker_then_recovers(cluster, network,
+                                                                   data_problem):
+    """Which blocks the dead worker had taken from the queue is its own state: the run
+    raises, and the next one (on the restarted worker too) is right."""
+    inputs, reference = data_problem
+    executor = DataParallelExecutor(cluster, network)
+    killer = Killer(cluster, "drain_queue")
+    killer.start()
+    with pytest.raises(WorkerLostError, match="data run aborted: worker .* died mid-run"):
+        executor.run(inputs, partition="hash", n_blocks=16, placement="dynamic")
+    raised_at = time.monotonic()
+    victim = killer.check(raised_at)
+    assert raised_at - killer.killed_at < PROMPT, "the run did not fail promptly"
+    again = executor.run(inputs, partition="hash", n_blocks=16, placement="dynamic")
+    assert_same_result(again, reference)
+    assert victim not in set(again.blocks["worker"])
+
+
 def _settled(client, timeout: float = PROMPT_DIRECT) -> None:
     """Within ``timeout`` no task of a direct run is processing and no worker holds a
     run's state."""

@@ -83,11 +83,13 @@ def test_serial(problem, method):
         run_serial(net, inputs, "fast")
 
 
+@pytest.mark.parametrize("merge", [True, False], ids=["merged", "separate"])
 @pytest.mark.parametrize("partition", ROW_PARTITIONS)
-def test_data_parallel(client, problem, partition):
+def test_data_parallel(client, problem, partition, merge):
     net, inputs, ys = problem
-    result = DataParallelExecutor(client, net, warm_up=False).run(
-        inputs, partition=partition, n_blocks=3, seed=5)
+    with dask.config.set({"sdnn.data-parallel.merge-blocks": merge}):
+        result = DataParallelExecutor(client, net, warm_up=False).run(
+            inputs, partition=partition, n_blocks=3, seed=5)
     np.testing.assert_array_equal(result.output.toarray(), ys[-1])
     assert (result.strategy, result.partition, result.n_blocks, result.n_workers) == (
         "data", partition, 3, 2)
@@ -109,13 +111,16 @@ def test_data_parallel(client, problem, partition):
         assert again.params == {"placement": "static", "seed": 0}
 
 
+@pytest.mark.parametrize("merge", [True, False], ids=["merged", "separate"])
 @pytest.mark.parametrize("partition", ROW_PARTITIONS)
-def test_dynamic_placement(client, problem, partition):
-    """Blocks handed to workers as they free up: the same answer, every block run once,
-    each block's rows and survivors those of the partition's definition."""
+def test_dynamic_placement(client, problem, partition, merge):
+    """Blocks handed to workers as they free up (merged: taken from a queue, survivors
+    merged per worker; separate: one task a block): the same answer, every block run
+    once, each block's rows, survivors and work those of the partition's definition."""
     net, inputs, ys = problem
-    result = DataParallelExecutor(client, net, warm_up=False).run(
-        inputs, partition=partition, n_blocks=7, seed=5, placement="dynamic")
+    with dask.config.set({"sdnn.data-parallel.merge-blocks": merge}):
+        result = DataParallelExecutor(client, net, warm_up=False).run(
+            inputs, partition=partition, n_blocks=7, seed=5, placement="dynamic")
     np.testing.assert_array_equal(result.output.toarray(), ys[-1])
     nbuckets = dask.config.get("sdnn.data-parallel.nbuckets")
     rows = make_row_partition(partition, ROWS, 7, seed=5, nbuckets=nbuckets).blocks()

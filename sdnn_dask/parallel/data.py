@@ -19,30 +19,55 @@ those blocks again (and the weights, if no copy is left) and reruns only them, u
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterable
-from concurrent.futures import CancelledError
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 from typing import Any
 
 import dask.array as da
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
-from distributed import Client, Future, as_completed, get_worker, wait
+from distributed import Client, Future, Queue, as_completed, get_worker, wait
 
 from .. import config
 from ..allocator import tune_allocator
-from ..kernels import KernelSettings, forward_block, warm_up_kernels
+from ..kernels import (
+    BlockOutput,
+    BlockState,
+    KernelSettings,
+    finish_blocks,
+    forward_block,
+    start_block,
+    warm_up_kernels,
+)
 from ..network import Network, as_csr32
 from ..partition import make_row_partition
 from ..registry import PLACEMENTS
 from ..result import RunResult, network_info
 from .base import Executor
-from .faults import WorkerLostError, connected, place_retrying
+from .faults import WorkerLostError, connected, gather_pinned, place_retrying
 from .placement import keep_on
 
 #: Times a run sends again the blocks a dead worker took with it, and reruns them.
 RETRIES = 3
 
+#: Dynamic placement: blocks queued or running per worker (one ahead of the one running,
+#: so a worker never waits for the client to hand it the next).
+AHEAD = 2
+
+
+
+def _where() -> str:
+    try:
+        return get_worker().address
+    except ValueError:  # called outside a worker (e.g. in a test)
+        return "local"
+
+
+def _block_result(out: BlockOutput, block_id: int, compute: float) -> dict[str, Any]:
+    return {"block": block_id, "worker": _where(), "n_rows": out.n_rows, "rows": out.rows,
+            "values": out.values, "compute_s": compute, "trace": out.trace}
 
 
 def run_block(network: Network, block: Any, block_id: int,
@@ -54,25 +79,74 @@ def run_block(network: Network, block: Any, block_id: int,
     surviving rows (block-local ids), their activations, the compute time measured here
     and the trace.
     """
-    csr = as_csr32(block.tocsr() if hasattr(block, "tocsr") else block)
+    csr = _csr(block)
     kernel = kernel or KernelSettings.resolve()
     start = time.perf_counter()
     out = forward_block(network, csr, dense_threshold=kernel.dense_threshold,
                         chunk_bytes=kernel.chunk_bytes)
-    compute = time.perf_counter() - start
-    try:
-        worker = get_worker().address
-    except ValueError:  # called outside a worker (e.g. in a test)
-        worker = "local"
-    return {
-        "block": block_id,
-        "worker": worker,
-        "n_rows": out.n_rows,
-        "rows": out.rows,
-        "values": out.values,
-        "compute_s": compute,
-        "trace": out.trace,
-    }
+    return _block_result(out, block_id, time.perf_counter() - start)
+
+
+def _csr(block: Any) -> sp.csr_matrix:
+    return as_csr32(block.tocsr() if hasattr(block, "tocsr") else block)
+
+
+def start_one(network: Network, block: Any, kernel: KernelSettings) -> tuple[BlockState, float]:
+    """Phase 1 of one block (:func:`~sdnn_dask.kernels.start_block`), on a worker: the
+    state stays there for :func:`finish_here`. Returns it and its seconds."""
+    csr = _csr(block)
+    start = time.perf_counter()
+    state = start_block(network, csr, kernel)
+    return state, time.perf_counter() - start
+
+
+def finish_here(network: Network, block_ids: list[int], kernel: KernelSettings,
+                *started: tuple[BlockState, float]) -> list[dict[str, Any]]:
+    """The rest of the layers of the blocks this worker started, their survivors merged
+    into full tiles (:func:`~sdnn_dask.kernels.finish_blocks`).
+
+    A block's ``compute_s`` is its phase 1 plus its share of the merged phase 2: the
+    phase's seconds split by the blocks' own layer seconds in it.
+    """
+    states = [s for s, _ in started]
+    start = time.perf_counter()
+    outs = finish_blocks(network, states, kernel)
+    merged = time.perf_counter() - start
+    late = np.array([max(0.0, o.trace["seconds"].sum() - s.seconds)
+                     for o, s in zip(outs, states, strict=True)])
+    share = late / late.sum() if late.sum() > 0 else np.full(len(late), 1 / max(1, len(late)))
+    return [_block_result(out, b, first + merged * part)
+            for out, b, (_, first), part in zip(outs, block_ids, started, share, strict=True)]
+
+
+def drain_queue(network: Network, queue: str, kernel: KernelSettings,
+                *blocks: Any) -> list[dict[str, Any]]:
+    """Dynamic placement's worker loop (executed on every worker of the run): take the
+    next block id from the scheduler's queue ``queue``, run its early layers, repeat
+    until a stop (``-1``); then finish the blocks taken here, their survivors merged
+    (:func:`finish_here`). Every worker holds every block, so nothing moves but ids.
+
+    The next id is asked for while the current block runs, so a worker never waits for
+    the scheduler; it has thus claimed one block ahead of the one it runs.
+    """
+    ids = Queue(queue)
+    taken: list[int] = []
+    started: list[tuple[BlockState, float]] = []
+    with ThreadPoolExecutor(1, thread_name_prefix="sdnn-next-block") as asker:
+        ahead = asker.submit(ids.get)
+        while (b := int(ahead.result())) >= 0:
+            ahead = asker.submit(ids.get)
+            taken.append(b)
+            started.append(start_one(network, blocks[b], kernel))
+    return finish_here(network, taken, kernel, *started) if taken else []
+
+
+def run_blocks(network: Network, block_ids: list[int], kernel: KernelSettings,
+               *blocks: Any) -> list[dict[str, Any]]:
+    """Run the blocks one worker holds (executed there): each alone through its early
+    layers, then their survivors merged into full tiles (as :func:`finish_here`)."""
+    return finish_here(network, block_ids, kernel,
+                       *(start_one(network, block, kernel) for block in blocks))
 
 
 class DataParallelExecutor(Executor):
@@ -189,10 +263,11 @@ class DataParallelExecutor(Executor):
             return futures
 
         futures = place_retrying(self.client, self.strategy, place)
+        merge = bool(config.get("data-parallel.merge-blocks"))
         if placement == "static":
-            results, wall = self._map(futures, blocks)
+            results, wall = self._map(futures, blocks, merge=merge)
         else:
-            results, wall = self._map_dynamic(futures)
+            results, wall = self._map_dynamic(futures, merge=merge)
         params: dict[str, Any] = {"placement": placement}
         if partition == "random":
             params["seed"] = seed
@@ -232,83 +307,164 @@ class DataParallelExecutor(Executor):
             self._weights = self._scatter_weights()
         keep_on(self.client, self._weights, self.workers)
 
-    def _map(self, block_futures: list[Future], blocks: list[Any] | None = None
-             ) -> tuple[list[dict[str, Any]], float]:
+    def _map(self, block_futures: list[Future], blocks: list[Any] | None = None,
+             merge: bool = False) -> tuple[list[dict[str, Any]], float]:
         """Run every block and gather the results, timed.
 
-        ``blocks`` are the data scattered as ``block_futures``: blocks lost with a worker
-        are sent again from them. Without them (dask array chunks, which Dask recomputes
-        itself) a lost block raises :exc:`WorkerLostError`.
+        ``blocks`` are the data scattered as ``block_futures``, block ``b`` on worker
+        ``b mod P``: each worker's blocks run there, merged into one task if ``merge``
+        (:func:`run_blocks`), and blocks lost with a worker are sent again from them.
+        Without them (dask array chunks, which Dask recomputes itself) each block is a task
+        wherever its chunk is, and a lost block raises :exc:`WorkerLostError`.
         """
         start = time.perf_counter()
         workers = connected(self.client)
         block_futures = list(block_futures)
         pool = self.workers
-        # pinned where placed (block b on worker b mod P); a rerun goes where its block is
-        tasks = [self._submit(block, b, pool[b % len(pool)] if blocks is not None else None)
-                 for b, block in enumerate(block_futures)]
+        n = len(block_futures)
+        if blocks is None or not merge:
+            groups = [[b] for b in range(n)]
+            pinned = [None if blocks is None else pool[b % len(pool)] for b in range(n)]
+        else:  # worker w's blocks: w, w + P, w + 2P, ...
+            used = min(len(pool), n)
+            groups = [list(range(w, n, used)) for w in range(used)]
+            pinned = pool[:used]
+        tasks = [self._submit_group(g, block_futures, w) for g, w in zip(groups, pinned,
+                                                                          strict=True)]
         retries = 0
         while True:
             try:
                 results = self.client.gather(tasks)
-                return results, time.perf_counter() - start
+                flat = [r for res in results for r in (res if isinstance(res, list) else [res])]
+                return sorted(flat, key=lambda r: r["block"]), time.perf_counter() - start
             except CancelledError as error:
                 # Scattered data that died with its worker is forgotten by the scheduler,
                 # and the tasks that need it are cancelled: send it again, rerun those.
                 # (The cancellations may arrive in several messages: retry what is known.)
-                redo = [b for b, (task, block) in enumerate(zip(tasks, block_futures,
-                                                                strict=True))
-                        if task.cancelled() or block.cancelled()]
+                redo = [i for i, (task, group) in enumerate(zip(tasks, groups, strict=True))
+                        if task.cancelled() or any(block_futures[b].cancelled() for b in group)]
+                lost = [b for i in redo for b in groups[i]]
                 if blocks is None or not redo or retries == RETRIES:
                     raise WorkerLostError(self.strategy, workers - connected(self.client),
-                                          f" (blocks {redo} lost, after {retries} retries)"
+                                          f" (blocks {lost} lost, after {retries} retries)"
                                           ) from error
                 retries += 1
                 if self._weights.cancelled():  # every copy died
                     self._weights = self._scatter_weights()
-                again = self.client.scatter([blocks[b] for b in redo],
+                again = self.client.scatter([blocks[b] for b in lost],
                                             workers=self.workers, hash=False)
-                for b, block in zip(redo, again, strict=True):
-                    self.client.cancel(tasks[b])
-                    block_futures[b], tasks[b] = block, self._submit(block, b)
+                for b, block in zip(lost, again, strict=True):
+                    block_futures[b] = block
+                for i in redo:
+                    self.client.cancel(tasks[i])
+                    tasks[i] = self._submit_group(groups[i], block_futures, None)
+
+    def _submit_group(self, group: list[int], block_futures: list[Future],
+                      worker: str | None) -> Future:
+        where = self.workers if worker is None else [worker]
+        if len(group) == 1:
+            return self._submit(block_futures[group[0]], group[0], worker)
+        return self.client.submit(run_blocks, self._weights, group, self._kernel,
+                                  *(block_futures[b] for b in group), workers=where,
+                                  allow_other_workers=False, pure=False)
 
     def _submit(self, block: Future, block_id: int, worker: str | None = None) -> Future:
         where = self.workers if worker is None else [worker]
         return self.client.submit(run_block, self._weights, block, block_id, self._kernel,
                                   workers=where, allow_other_workers=False, pure=False)
 
-    def _map_dynamic(self, block_futures: list[Future]) -> tuple[list[dict[str, Any]], float]:
-        """Hand the blocks out one at a time: each worker gets the next block as soon as
-        it finishes one (every worker holds every block). Timed.
+    def _map_dynamic(self, block_futures: list[Future], merge: bool = False
+                     ) -> tuple[list[dict[str, Any]], float]:
+        """Hand the blocks out as workers free up (every worker holds every block). Timed.
+
+        Each worker has at most :data:`AHEAD` blocks queued or running, and gets the next
+        block when one finishes (so it never idles waiting for the client). With
+        ``merge``, a block's task runs only its early layers (:func:`start_one`) and its
+        state stays on the worker; once every block is handed out, each worker finishes
+        the blocks it started in one task, their survivors merged into full tiles
+        (:func:`finish_here`).
 
         A worker lost mid-run raises :exc:`WorkerLostError` (no retry: the blocks are
         everywhere, but which ran is the manager's state).
         """
+        if merge:
+            return self._drain(block_futures)
         workers = self.workers
         start = time.perf_counter()
         queue = list(range(len(block_futures)))
         running: dict[Future, str] = {}
-        for worker in workers:
-            if queue:
-                b = queue.pop(0)
-                running[self._submit(block_futures[b], b, worker)] = worker
+        started: dict[str, list[tuple[int, Future]]] = {w: [] for w in workers}
+        finishing: list[Future] = []
+
+        def hand_out(worker: str) -> Future:
+            b = queue.pop(0)
+            if merge:
+                task = self.client.submit(start_one, self._weights, block_futures[b],
+                                          self._kernel, workers=[worker],
+                                          allow_other_workers=False, pure=False)
+                started[worker].append((b, task))
+            else:
+                task = self._submit(block_futures[b], b, worker)
+            running[task] = worker
+            return task
+
+        def finish_all() -> None:
+            for worker, mine in started.items():
+                if mine:
+                    ids = [b for b, _ in mine]
+                    finishing.append(self.client.submit(
+                        finish_here, self._weights, ids, self._kernel,
+                        *(t for _, t in mine), workers=[worker], allow_other_workers=False,
+                        pure=False))
+
+        for _ in range(AHEAD):
+            for worker in workers:
+                if queue:
+                    hand_out(worker)
         results: dict[int, dict[str, Any]] = {}
         try:
+            if merge and not queue:
+                finish_all()
             with self.client.as_current():  # as_completed looks up the current client
                 pending = as_completed(list(running))
             for task in pending:
                 worker = running.pop(task)
-                res = task.result()
-                results[res["block"]] = res
+                if not merge:
+                    res = task.result()
+                    results[res["block"]] = res
+                elif task.cancelled() or task.status == "error":
+                    task.result()  # raise it
                 if queue:
-                    b = queue.pop(0)
-                    nxt = self._submit(block_futures[b], b, worker)
-                    running[nxt] = worker
-                    pending.add(nxt)
+                    pending.add(hand_out(worker))
+                    if merge and not queue:
+                        finish_all()
+            for res in self.client.gather(finishing):
+                results.update({r["block"]: r for r in res})
         except CancelledError as error:
             raise WorkerLostError(self.strategy, set(workers) - connected(self.client),
                                   " (dynamic placement)") from error
         wall = time.perf_counter() - start
+        return [results[b] for b in range(len(block_futures))], wall
+
+    def _drain(self, block_futures: list[Future]) -> tuple[list[dict[str, Any]], float]:
+        """Dynamic placement with merging: the block ids go into a queue on the scheduler
+        (before the clock), one :func:`drain_queue` task per worker takes them as it frees
+        up. Timed. A worker lost mid-run raises :exc:`WorkerLostError`."""
+        workers = self.workers
+        ids = Queue(f"sdnn-blocks-{uuid.uuid4().hex}", client=self.client)
+        try:
+            for b in [*range(len(block_futures)), *[-1] * len(workers)]:
+                ids.put(b)
+            start = time.perf_counter()
+            tasks = [self.client.submit(drain_queue, self._weights, ids.name, self._kernel,
+                                        *block_futures, workers=[w],
+                                        allow_other_workers=False, pure=False)
+                     for w in workers]
+            done = gather_pinned(self.client, tasks, workers, strategy=self.strategy)
+            wall = time.perf_counter() - start
+        finally:
+            ids.close()
+        results = {r["block"]: r for res in done for r in res}
         return [results[b] for b in range(len(block_futures))], wall
 
     def _assemble(

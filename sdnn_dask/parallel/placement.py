@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dask.sizeof import sizeof
 from distributed import Client, Future
 
+from ..kernels import BlockState
 from ..network import Network
 
 
@@ -24,6 +25,16 @@ def _sizeof_network(network: Network) -> int:  # Dask's memory accounting (was ~
     total = sum(m.data.nbytes + m.indices.nbytes + m.indptr.nbytes for m in matrices)
     total += sum(o.nbytes for o in network._output_order or [])
     return int(total + network.bias.nbytes)
+
+
+@sizeof.register(BlockState)
+def _sizeof_block_state(state: BlockState) -> int:  # a started block kept on its worker
+    total = 0
+    for chunk in state.chunks:
+        total += sum(b.nbytes for b in chunk._buffers or [])
+        if chunk.csr is not None:
+            total += chunk.csr.data.nbytes + chunk.csr.indices.nbytes + chunk.csr.indptr.nbytes
+    return int(total + state.stats.nbytes)
 
 
 def keep_on(client: Client, future: Future, workers: Iterable[str]) -> int:
