@@ -28,7 +28,7 @@ from . import config, io, outputs, records, report, study
 from ._files import write_text_atomic
 from .network import Network
 from .reference import check_categories
-from .registry import NEURON_PARTITIONS, ROW_PARTITIONS, STRATEGIES, TRANSPORTS
+from .registry import NEURON_PARTITIONS, ORDERS, ROW_PARTITIONS, STRATEGIES, TRANSPORTS
 from .study import Problem, ProblemSpec, RunSpec, StudyError
 
 if TYPE_CHECKING:
@@ -215,6 +215,11 @@ def _add_network_arguments(group: argparse._ArgumentGroup, *, with_inputs: bool)
                            help="input rows: generated count (60000), or the first rows of "
                                 "--data (default: all)")
     group.add_argument("--seed", type=NON_NEGATIVE, default=0, help="seed of what is generated (0)")
+    if with_inputs:
+        group.add_argument("--order", choices=ORDERS, default="official-like",
+                           help="row order of generated inputs: official-like (survivors "
+                                "cluster along the rows as in the official inputs) or iid "
+                                "(official-like)")
     group.add_argument("--data", type=Path, default=None,
                        help="challenge folder with neuron{N}/n{N}-l{k}.tsv[.gz]"
                             + (" and the inputs" if with_inputs else "")
@@ -259,7 +264,8 @@ def _problem_spec(args: argparse.Namespace) -> ProblemSpec:
     return ProblemSpec(neurons=args.neurons, layers=args.layers,
                        inputs=getattr(args, "inputs", None), seed=args.seed,
                        data=text("data"), inputs_file=text("inputs_file"),
-                       truth=text("truth"), tile=getattr(args, "tile", 1))
+                       truth=text("truth"), tile=getattr(args, "tile", 1),
+                       order=getattr(args, "order", "official-like"))
 
 
 def load_network(args: argparse.Namespace, progress: Progress) -> Network:
@@ -301,7 +307,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         network = make_network(n, layers, seed=args.seed)
     rows = 60000 if args.inputs is None else args.inputs
     with progress.step(f"generating {rows} inputs"):
-        inputs = make_inputs(rows, n, seed=args.seed)
+        inputs = make_inputs(rows, n, seed=args.seed, order=args.order)
     written = 0
     count = progress.counter("layer files")
     for k, layer in enumerate(network.layers, start=1):
@@ -761,6 +767,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inputs", "-n", type=POSITIVE, default=None, help="input rows (60000)")
     p.add_argument("--seed", type=NON_NEGATIVE, default=0,
                    help="seed of the network's permutations and of the inputs (0)")
+    p.add_argument("--order", choices=ORDERS, default="official-like",
+                   help="row order of the inputs: official-like (survivors cluster along "
+                        "the rows as in the official inputs) or iid (official-like)")
     p.add_argument("--gzip", action="store_true", help="write .tsv.gz files")
     p.add_argument("--no-truth", action="store_true",
                    help="do not compute and write the categories file")

@@ -63,7 +63,7 @@ all 60000 rows, 1.58% of rows 1-1200).  Through a generated RadiX-Net 1024-120 n
 (identical to the official one for layers 1-6, random row permutations per 6-layer block
 after that) the survivors are the same rows to within one row per 60000.
 
-*Row order* (``order="official-like"``; the default is still ``"iid"``).  The official
+*Row order* (``order="official-like"``, the default).  The official
 survivors cluster along the row order (MNIST's training set was assembled from writers' forms): the
 dispersion (var/mean) of survivors per block of 10 / 50 / 100 / 300 / 1000 rows is
 1.4 / 3.4 / 5.0 / 8.1 / 9.6 (1.0 for independent rows), and the official rows 1-1200 show
@@ -94,6 +94,8 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
+from .registry import ORDERS
+
 __all__ = ["CHALLENGE_DENSITY", "CHALLENGE_NNZ", "make_inputs"]
 
 #: Nonzeros of the official ``sparse-images-{N}.tsv`` files (60000 rows each).
@@ -123,14 +125,12 @@ _SLANT_SD = 0.15
 _ROT_SD = 0.08
 _ASPECT_SD = 0.15
 _CALIB_SEED = 20190101
-# ---- writer model (order="official-like"; see make_inputs) ----
+# ---- writer model (order="official-like", the default; see make_inputs) ----
 _WRITER_RHO = 0.55  # correlation of a row's pen z-score with its writer's factor
 _WRITER_RUN_MEAN = 150.0  # mean rows per writer run (log-normal run lengths)
 _WRITER_RUN_SD = 0.4  # log-sd of the run lengths
 _WRITER_KEY = 0x57524954  # spawn-key tag of the writer stream (blocks use (b,))
 _WRITER_CHUNK = 256  # runs drawn per SeedSequence(seed, spawn_key=(_WRITER_KEY, c))
-#: Row orders of :func:`make_inputs`.
-ORDERS = ("iid", "official-like")
 # Pen multipliers reproducing CHALLENGE_DENSITY (from _calibrate_pen_scale with 32768 rows);
 # other sizes and densities are calibrated on first use.
 _PEN_SCALE: dict[int, float] = {1024: 0.98355, 4096: 0.96535, 16384: 0.95205, 65536: 0.94330}
@@ -629,7 +629,7 @@ def make_inputs(
     *,
     seed: int = 0,
     density: float | None = None,
-    order: str = "iid",
+    order: str = "official-like",
 ) -> sp.csr_matrix:
     """Generate synthetic MNIST-like sparse input images.
 
@@ -651,7 +651,7 @@ def make_inputs(
     density : float, optional
         Target mean fraction of pixels on, between 0.01 and 0.3.  Default: the density
         of the official file for ``n_neurons`` (about 0.10; interpolated for other sizes).
-    order : {"official-like", "iid"}, default "iid"
+    order : {"official-like", "iid"}, default "official-like"
         Row-order structure.  ``"official-like"``: rows come in runs by one "writer"
         (log-normal lengths, mean 150 rows) whose latent factor makes the pen thicker or
         thinner for the whole run (correlation 0.55 with each row's pen z-score), so, as

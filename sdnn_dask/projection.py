@@ -1582,14 +1582,16 @@ def generated_profiles(runs: pd.DataFrame) -> dict[tuple[int, int, int], Surviva
     """
     from .images import make_inputs
     from .radixnet import make_network
+    from .study import generated_source
 
     profiles: dict[tuple[int, int, int], Survival] = {}
     first = runs.drop_duplicates(["network", "inputs"])
     for _, run in first.iterrows():
         match = _GENERATED.match(str(run["network"]))
         source = str(run.get("source", "generated"))
-        orders = {"generated": "iid", "": "iid",
-                  "generated, official-like order": "official-like"}
+        # "generated" alone: records made while iid was the generator's default
+        orders = {"generated": "iid", "": "iid", generated_source("iid"): "iid",
+                  generated_source("official-like"): "official-like"}
         if match is None or source not in orders:
             continue
         n, n_layers, seed = (int(g) for g in match.groups())

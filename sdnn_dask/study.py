@@ -45,6 +45,7 @@ from .network import Network
 from .reference import check_categories
 from .registry import (
     NEURON_PARTITIONS,
+    ORDERS,
     PLACEMENTS,
     ROW_PARTITIONS,
     SERIAL_STRATEGIES,
@@ -94,8 +95,9 @@ class ProblemSpec:
     tile
         Repeat the inputs this many times (e.g. the official 1200 rows x 50).
     order
-        Row order of generated inputs (:func:`sdnn_dask.images.make_inputs`): ``iid`` or
-        ``official-like`` (survivors cluster along the rows as in the official inputs).
+        Row order of generated inputs (:func:`sdnn_dask.images.make_inputs`):
+        ``official-like`` (the default: survivors cluster along the rows as in the
+        official inputs) or ``iid`` (every row drawn independently).
     """
 
     neurons: int = 1024
@@ -106,11 +108,10 @@ class ProblemSpec:
     inputs_file: str | None = None
     truth: str | None = None
     tile: int = 1
-    order: str = "iid"
+    order: str = "official-like"
 
     def __post_init__(self) -> None:
         from . import config
-        from .images import ORDERS
 
         _choice("order", self.order, ORDERS)
 
@@ -134,7 +135,8 @@ class ProblemSpec:
         rows = self.inputs or DEFAULT_ROWS
         where = f" from {self.data}" if self.data else ""
         tile = f" x{self.tile}" if self.tile > 1 else ""
-        return f"{self.neurons}-{self.layers}, {rows} rows{tile}{where}"
+        order = f" ({self.order})" if self.order != ORDERS[0] and not self.data else ""
+        return f"{self.neurons}-{self.layers}, {rows} rows{order}{tile}{where}"
 
 
 @dataclass
@@ -176,6 +178,12 @@ class Problem:
         if self._reference is None:
             self._reference = bounded_reference(self.network, self.inputs)
         return self._reference
+
+
+def generated_source(order: str | None = None) -> str:
+    """The records' ``source`` of generated inputs in row ``order`` (default: the
+    generator's, ``official-like``)."""
+    return f"generated, {order or 'official-like'} order"
 
 
 def available_layers(data: str | os.PathLike, neurons: int) -> int:
@@ -269,9 +277,8 @@ def load_problem(spec: ProblemSpec | None = None, *, cache: bool = True,
         rows = DEFAULT_ROWS if spec.inputs is None else spec.inputs
         _say(progress, f"generating {rows} synthetic inputs")
         inputs = make_inputs(rows, n, seed=spec.seed, order=spec.order)
-        truth, source = None, f"generated RadiX-Net {n}-{layers}, seed {spec.seed}"
-        if spec.order != "iid":
-            source += f", {spec.order} row order"
+        truth, source = None, (f"generated RadiX-Net {n}-{layers}, seed {spec.seed}, "
+                               f"{spec.order} row order")
     else:
         data = Path(spec.data)
         path = Path(spec.inputs_file) if spec.inputs_file else io.inputs_path(data, n)
@@ -667,8 +674,8 @@ class Runner:
             result = self.execute(spec)
         check, against, diff = verify(result, self.problem.reference(), self.problem.truth)
         spec_ = self.problem.spec
-        source = spec_.data if spec_ and spec_.data else "generated" if not spec_ or \
-            spec_.order == "iid" else f"generated, {spec_.order} order"
+        source = spec_.data if spec_ and spec_.data else generated_source(
+            spec_.order if spec_ else None)
         runs = records.run_records(result, study=self.study, check=check,
                                    check_against=against, max_abs_diff=diff,
                                    spec=config_key(self.problem.key(), spec),

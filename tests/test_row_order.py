@@ -64,9 +64,9 @@ def test_writer_factors_are_runs_and_prefixes():
     assert abs(w.mean()) < 0.3 and 0.6 < w.std() < 1.4
 
 
-def test_the_default_is_still_iid():
-    assert (make_inputs(700, 1024, seed=4) != make_inputs(700, 1024, seed=4, order="iid")
-            ).nnz == 0
+def test_the_default_is_official_like():
+    assert (make_inputs(700, 1024, seed=4)
+            != make_inputs(700, 1024, seed=4, order="official-like")).nnz == 0
 
 
 def test_invalid_order():

@@ -405,6 +405,10 @@ def test_a_problem_with_official_like_row_order():
 
     assert (problem.inputs != make_inputs(500, 1024, seed=3, order="official-like")).nnz == 0
     assert "official-like row order" in problem.source
-    assert ProblemSpec(order="official-like").key() != ProblemSpec().key()
+    assert ProblemSpec(order="iid").key() != ProblemSpec().key()
+    assert ProblemSpec().order == "official-like"  # the generator's default
+    iid = study.load_problem(neurons=1024, layers=2, inputs=500, seed=3, order="iid")
+    assert (iid.inputs != make_inputs(500, 1024, seed=3, order="iid")).nnz == 0
+    assert "iid row order" in iid.source
     with pytest.raises(StudyError, match="did you mean 'official-like'"):
         ProblemSpec(order="oficial-like")
