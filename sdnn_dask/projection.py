@@ -145,7 +145,6 @@ EXCHANGE_TERMS = {
 #: Per-run terms.
 RUN_TERMS = {
     "data_run": ("data-parallel runs", "s per run"),
-    "data_task": ("blocks run by the busiest worker", "s per task"),
     "data_gather": ("output nonzeros gathered", "s per nonzero"),
     "model_run": ("model/hybrid runs", "s per run"),
     "model_gather": ("output nonzeros gathered", "s per nonzero"),
@@ -365,6 +364,17 @@ class Survival:
                     for b, ids in enumerate(part.blocks())]
         shares = np.diff(np.round(np.linspace(0, self.rows, blocks + 1))).astype(int)
         return [self.resized(int(s)) if s else self._empty() for s in shares]
+
+    def union(self, shares: list[Survival]) -> Survival:
+        """One profile of the rows of several of this profile's :meth:`split` shares
+        (a worker's blocks, merged by the kernel)."""
+        rows = sum(s.rows for s in shares)
+        if self.counts is not None:
+            return Survival.from_counts(self.counts, self.neurons,
+                                        f"{self.source}, {len(shares)} blocks merged",
+                                        level_map=self.level_map,
+                                        row_map=np.concatenate([s.row_map for s in shares]))
+        return self.resized(rows) if rows else self._empty()
 
     def _empty(self) -> Survival:
         zero = np.zeros_like(self.live)
@@ -789,8 +799,9 @@ class CostModel:
     shared_imbalance, shared_latency, shared_byte
         The same with several parts per core (the hybrid on fewer cores than parts; one
         group's exchange then overlaps another's compute).
-    data_run, data_task, data_gather, model_run, model_gather
-        Per run, per task of the busiest worker, per output nonzero gathered.
+    data_run, data_gather, model_run, model_gather
+        Per run (a data run has one task per worker: its blocks merged), per output
+        nonzero gathered.
     weights_per_row
         Nonzeros per weight row (32 in the challenge); edges = ``weights_per_row * N``
         per layer.
@@ -831,7 +842,6 @@ class CostModel:
     shared_latency: float = 0.0
     shared_byte: float = 0.0
     data_run: float = 0.0
-    data_task: float = 0.0
     data_gather: float = 0.0
     model_run: float = 0.0
     model_gather: float = 0.0
@@ -937,6 +947,8 @@ class CostModel:
         for rid, run in first.iterrows():
             if run["strategy"] not in ("kernel", "data") or rid not in traces:
                 continue
+            if _merged(run):  # its blocks' seconds are shares of merged tiles' time
+                continue
             n, n_layers = int(run["neurons"]), int(run["layers"])
             run_settings = _run_settings(run, settings)
             per_block = _block_profiles(run, profiles)
@@ -971,9 +983,9 @@ class CostModel:
             trace = traces.get(rid)
             blocks = blocks_of[rid]
             if run["strategy"] == "data":
+                # a worker's blocks' compute_s add up to its task's (merged or not)
                 per_worker = blocks.groupby("worker")["compute_s"].sum()
-                data_x.append([1.0, float(blocks.groupby("worker").size().max()),
-                               _output_nnz(trace, int(run["layers"]))])
+                data_x.append([1.0, _output_nnz(trace, int(run["layers"]))])
                 data_y.append(float(run["wall_s"]) - float(per_worker.max()))
             if run["strategy"] not in ("model", "hybrid") or trace is None:
                 continue
@@ -1023,7 +1035,7 @@ class CostModel:
             for name in ("imbalance", "latency", "byte"):
                 exchange_coef[f"shared_{name}"] = exchange_coef[name]
         data_coef = _fit(np.array(data_x), np.array(data_y),
-                         ["data_run", "data_task", "data_gather"])
+                         ["data_run", "data_gather"])
         model_coef = _fit(np.array(model_x), np.array(model_y),
                           ["model_run", "model_gather"])
         return cls(**kernel_coef, **part_coef, busy=busy,
@@ -1112,7 +1124,14 @@ class CostModel:
         edges = self.weights_per_row * n * layers
         if strategy in SERIAL or strategy == "data":
             n_blocks = 1 if strategy in SERIAL else int(blocks or workers)
-            times = self.block_seconds(profile, n_blocks, row_partition, settings)
+            if strategy == "data" and n_blocks > workers:
+                # a worker's blocks run merged (sdnn.data-parallel.merge-blocks): as one
+                # block of their rows (their early layers, run apart, are not modelled)
+                shares = profile.split(n_blocks, row_partition)
+                times = np.array([self._block_seconds(profile.union(shares[w::workers]),
+                                                      settings) for w in range(workers)])
+            else:
+                times = self.block_seconds(profile, n_blocks, row_partition, settings)
             if strategy == "data" and min(n_blocks, workers) > 1:
                 times = times * self.busy
             per_worker = np.zeros(workers if strategy == "data" else 1)
@@ -1120,8 +1139,7 @@ class CostModel:
                 per_worker[b % len(per_worker)] += t
             overhead = 0.0
             if strategy == "data":
-                overhead = (self.data_run + self.data_task * math.ceil(n_blocks / workers)
-                            + self.data_gather * float(profile.nnz[-1]))
+                overhead = (self.data_run + self.data_gather * float(profile.nnz[-1]))
             return self._prediction(strategy, workers, n, layers, rows, 1, n_blocks,
                                     float(per_worker.max()), 0.0, 0.0, overhead, 0.0,
                                     edges, profile)
@@ -1270,6 +1288,11 @@ def _run_settings(run: pd.Series, default: KernelSettings) -> KernelSettings:
         float(threshold) if threshold is not None and pd.notna(threshold)
         else default.dense_threshold,
         int(chunk) if chunk is not None and pd.notna(chunk) else default.chunk_bytes)
+
+
+def _merged(run: pd.Series) -> bool:
+    """A data run whose workers ran several blocks each, merged into shared tiles."""
+    return run["strategy"] == "data" and int(run["blocks"]) > int(run["workers"])
 
 
 def _parts_per_core(row_groups: int, parts: int, workers: int) -> int:
@@ -1536,7 +1559,7 @@ def project_published(model: CostModel, survival: Survival | None = None, *,
     blocks = model.block_seconds(profile, workers, row_partition)
     blocks = blocks * (model.busy if workers > 1 else 1.0) / speed
     network_s = 8.0 * float(profile.nnz[-1]) / (bandwidth_gbit_s * 1e9 / 8.0)
-    overhead = model.data_run + model.data_task + network_s
+    overhead = model.data_run + network_s
     edges = model.weights_per_row * n * n_layers
     prediction = model._prediction("data", workers, n, n_layers, rows, 1, workers,
                                    float(blocks.max()), 0.0, 0.0, overhead, 0.0, edges,

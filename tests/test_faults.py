@@ -164,7 +164,7 @@ def test_dynamic_placement_raises_on_a_killed_worker_then_recovers(cluster, netw
     executor = DataParallelExecutor(cluster, network)
     killer = Killer(cluster, "drain_queue")
     killer.start()
-    with pytest.raises(WorkerLostError, match="data run aborted: worker .* died mid-run"):
+    with pytest.raises(WorkerLostError, match=r"data run aborted: worker .* died mid-run"):
         executor.run(inputs, partition="hash", n_blocks=16, placement="dynamic")
     raised_at = time.monotonic()
     victim = killer.check(raised_at)

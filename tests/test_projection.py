@@ -38,7 +38,7 @@ TRUE = CostModel(
     repack=5.0e-10, part_entry=1.5e-9, part_nnz=4.0e-9, part_step=5.0e-5,
     part_foreign=4.5e-9, busy=1.3,
     shared_step=0.7, imbalance=0.05, latency=4.0e-4, byte=1.0e-9, shared_imbalance=0.12,
-    shared_latency=2.0e-4, shared_byte=5.0e-10, data_run=0.012, data_task=0.003, data_gather=2.0e-8,
+    shared_latency=2.0e-4, shared_byte=5.0e-10, data_run=0.012, data_gather=2.0e-8,
     model_run=0.015, model_gather=1.0e-8, settings=SETTINGS,
 )
 
@@ -99,7 +99,7 @@ def synthetic_kernel_records(model: CostModel, seed: int = 0, runs: int = 40):
         layer_rows += [dict(r, run_id=rid, block=0) for r in layers]
     for i in range(runs // 2):
         n, n_layers = 1024, int(rng.integers(3, 9))
-        n_blocks = int(rng.choice([2, 4]))
+        n_blocks = 2  # one per worker (more would be merged: not a block run alone)
         rid, blocks, out_nnz = f"d{i}", [], 0
         for b in range(n_blocks):
             rows = int(rng.integers(200, 3000))
@@ -108,8 +108,7 @@ def synthetic_kernel_records(model: CostModel, seed: int = 0, runs: int = 40):
             layer_rows += [dict(r, run_id=rid, block=b) for r in layers]
             out_nnz += nnz[-1]
         per_worker = [sum(c for b, _, c in blocks if b % 2 == w) for w in (0, 1)]
-        wall = (max(per_worker) + model.data_run + model.data_task * n_blocks / 2
-                + model.data_gather * out_nnz)
+        wall = max(per_worker) + model.data_run + model.data_gather * out_nnz
         for b, rows, compute in blocks:
             run_rows.append(_run_row(rid, "data", n, n_layers, sum(r for _, r, _ in blocks),
                                      workers=2, blocks=n_blocks, row_groups=n_blocks,
