@@ -5,9 +5,17 @@ there for every later run (:func:`~.placement.keep_on` restores replicas Dask's 
 manager dropped, before the clock starts). A run splits the rows by a row partition,
 places the blocks on the workers, then maps the kernel over them: each block runs
 through all layers on one worker with no communication between layers, and only its
-surviving rows come back. The result
-is put back into the original row order, so the partition changes where the work runs,
-never the answer.
+surviving rows come back. The result is put back into the original row order, so the
+partition changes where the work runs, never the answer.
+
+A worker given several blocks runs them merged (``sdnn.data-parallel.merge-blocks``):
+each block alone through its early layers, then all their survivors together in full
+tiles (:func:`~sdnn_dask.kernels.start_block`, :func:`~sdnn_dask.kernels.finish_blocks`),
+so many small blocks cost little more than one per worker. Static placement runs one task
+per worker over the blocks pinned to it (:func:`run_blocks`); dynamic placement puts the
+block ids in a queue on the scheduler, and one task per worker (:func:`drain_queue`) takes
+the next id as it frees up, runs that block's early layers, and finishes the blocks it
+took, merged.
 
 A worker that dies mid-run does not change the answer either: the blocks it held were
 scattered, which Dask cannot recompute, so their tasks are cancelled; the executor sends
@@ -217,9 +225,11 @@ class DataParallelExecutor(Executor):
         placement
             ``"static"`` (default): block ``b`` is placed on worker ``b mod P`` and runs
             there, as MPI ranks each own their rows (default blocks: one per worker).
-            ``"dynamic"``: every block is placed on every worker, and each worker is given
-            the next block as soon as it finishes one, as in a manager-worker scheme
-            (default blocks: ``sdnn.data-parallel.dynamic-blocks-per-worker`` per worker).
+            ``"dynamic"``: every block is placed on every worker, and each worker takes
+            the next block from a queue on the scheduler as it frees up, as in a
+            manager-worker scheme (default blocks:
+            ``sdnn.data-parallel.dynamic-blocks-per-worker`` per worker). A worker's
+            blocks run merged (``sdnn.data-parallel.merge-blocks``, see the module).
             Either way the blocks are placed before the clock starts.
         """
         if placement not in PLACEMENTS:
