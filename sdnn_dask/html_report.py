@@ -137,15 +137,18 @@ def build(runs: pd.DataFrame, layers: pd.DataFrame, *,
              "Seconds each block spent in the kernel (data: a row block; model: a neuron "
              "part; hybrid: a part of a row group), the partitions of one configuration side "
              "by side: contiguous blocks against hashed or random ones shows what hashing "
-             "does to the imbalance (in the legend: max/mean).",
+             "does to the imbalance (in the legend: max/mean). A worker's data blocks run "
+             "merged after their early layers: their shared tiles' seconds are split among "
+             "them by rows.",
              figures.block_time_figure, mine["blocks"]),
             ("imbalance", "Balance against row blocks",
              "Data parallelism at several block counts: the work imbalance (max/mean of each "
              "block's live rows summed over the layers), the compute imbalance (max/mean of "
              "block seconds) and the time, per row partition (contiguous block, bucket hash, "
              "random) and placement (static: block b pinned to worker b mod P; dynamic: "
-             "handed out as workers free up). Dotted: the slowest block, what P = blocks "
-             "static workers would take.",
+             "taken from a queue as workers free up). Dotted: the slowest block, an "
+             "estimate from the measured block seconds of what P = blocks static workers "
+             "would take.",
              figures.imbalance_figure, rows),
             ("survivors", "What survives each layer",
              f"Rows with any nonzero activation, and nonzeros, after each of the {layers_n} "
