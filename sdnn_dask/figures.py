@@ -490,24 +490,35 @@ def imbalance_figure(cmp: pd.DataFrame, *, title: str = "") -> Figure | None:
     panels = [("work_imbalance", "work imbalance (max/mean of live row-layers)"),
               ("imbalance", "compute imbalance (max/mean of block seconds)"),
               ("seconds", "seconds (median)")]
-    keys = ["partition", "placement", "workers"]
+    data = data.assign(merge_blocks=data["merge_blocks"].astype(str) if "merge_blocks" in data
+                       else "")
+    keys = ["partition", "placement", "merge_blocks", "workers"]
     groups = list(data.groupby(keys, sort=False, dropna=False))
     for ax, (column, label) in zip(axes, panels, strict=True):
-        for (partition, placement, workers), rows in groups:
+        for (partition, placement, merge, workers), rows in groups:
             rows = rows.sort_values("blocks")
             style = {"color": COLOURS.get(str(partition), "#17becf"),
-                     "linestyle": "--" if str(placement) == "dynamic" else "-",
-                     "marker": "o" if str(placement) == "dynamic" else "s"}
-            name = f"{partition}, {placement or 'static'}, {count(workers)} w"
+                     "linestyle": "--" if str(placement) == "dynamic" else
+                     "-." if merge == "alone" else "-",
+                     "marker": "o" if str(placement) == "dynamic" else
+                     "x" if merge == "alone" else "s"}
+            name = (f"{partition}, {placement or 'static'}"
+                    f"{', alone' if merge == 'alone' else ''}, {count(workers)} w")
             ax.plot(rows["blocks"].astype(int), rows[column].astype(float), label=name,
                     **style)
         if column == "seconds" and "max_block_s" in data:
+            # P = blocks static workers: each block alone on its own worker, so its seconds
+            # alone (runs with merge false) when the study has them; merged blocks' seconds
+            # are shares of shared tiles' time, an underestimate
             static = data[data["placement"].astype(str) != "dynamic"]
-            for partition, rows in static.groupby("partition", sort=False):
+            alone = static[static["merge_blocks"] != "merged"]  # alone, or from before
+            source, note = (alone, "") if not alone.empty else (static, ", merged shares")
+            for partition, rows in source.groupby("partition", sort=False):
                 rows = rows.sort_values("blocks")
                 ax.plot(rows["blocks"].astype(int), rows["max_block_s"].astype(float),
                         color=COLOURS.get(str(partition), "#17becf"), linestyle=":",
-                        marker="^", label=f"{partition}: slowest block (P = blocks, static)")
+                        marker="^",
+                        label=f"{partition}: slowest block (P = blocks, static{note})")
         ax.set_xscale("log", base=2)
         if column == "seconds":  # the slowest block is a small fraction of the run
             ax.set_yscale("log")

@@ -49,6 +49,10 @@ edges_per_s         ``inputs * edges / wall_s``
 imbalance           max/mean of ``compute_s`` over the run's blocks (1 = perfect)
 survivor_imbalance  max/mean of ``survivors`` over the run's blocks
 work_imbalance      max/mean of ``row_layers`` over the run's blocks
+merge_blocks        data parallelism: ``merged`` (a worker's blocks alone through their early
+                    layers, then their survivors in shared tiles; block seconds then split
+                    a shared tile's time by rows) or ``alone`` (every block alone, one task
+                    each); else empty
 placement           data parallelism: ``static`` (block b pinned to worker b mod P) or
                     ``dynamic`` (blocks handed to workers as they free up); else empty
 check               ``PASS``/``FAIL``: every activation within float32 rounding of the
@@ -108,6 +112,7 @@ RUN_DTYPES: dict[str, str] = {
     "worker": _TEXT, "rows": _INT, "survivors": _INT, "row_layers": _INT, "compute_s": _FLOAT,
     "wall_s": _FLOAT, "edges_per_s": _FLOAT, "imbalance": _FLOAT,
     "survivor_imbalance": _FLOAT, "work_imbalance": _FLOAT, "placement": _TEXT,
+    "merge_blocks": _TEXT,
     "bytes_moved": _FLOAT, "predicted_volume": _FLOAT,
     "partition_s": _FLOAT, "check": _TEXT, "check_against": _TEXT,
     "max_abs_diff": _FLOAT, "versions": _TEXT,
@@ -226,6 +231,7 @@ def run_records(
         "work_imbalance": imbalance(frame["row_layers"]) if frame["row_layers"].notna().all()
         else None,
         "placement": params.get("placement", ""),
+        "merge_blocks": params.get("merge_blocks", ""),
         "bytes_moved": _or_nan(result.bytes_moved),
         "predicted_volume": _or_nan(result.predicted_volume),
         "partition_s": _or_nan(result.partition_seconds),

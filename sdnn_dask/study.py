@@ -343,6 +343,11 @@ class RunSpec:
     placement
         Data parallelism: ``static`` (default; block b pinned to worker b mod P, one block
         per worker by default) or ``dynamic`` (blocks handed to workers as they free up).
+    merge
+        Data parallelism: run a worker's blocks merged (default ``True``; see
+        :class:`~sdnn_dask.parallel.DataParallelExecutor`), or each alone (``False``: the
+        per-block seconds are then those of a block run alone, what P = blocks static
+        workers would take).
     """
 
     strategy: str
@@ -358,6 +363,7 @@ class RunSpec:
     dense_threshold: float | None = None
     chunk_bytes: int | None = None
     placement: str | None = None
+    merge: bool | None = None
 
     def __post_init__(self) -> None:
         # Defaults filled in, fields that do not apply cleared: equal runs, equal keys.
@@ -405,7 +411,12 @@ class RunSpec:
             return
         if s != "data" and self.placement is not None:
             raise StudyError("placement applies to data parallelism (static or dynamic)")
+        if s != "data" and self.merge is not None:
+            raise StudyError("merge applies to data parallelism (true or false)")
+        if self.merge is not None and not isinstance(self.merge, bool):
+            raise StudyError(f"merge must be true or false, got {self.merge!r}")
         if s == "data":
+            fix(self, "merge", True if self.merge is None else self.merge)
             fix(self, "placement", _choice("placement", self.placement or PLACEMENTS[0],
                                            PLACEMENTS))
             for name in ("parts", "row_groups", "transport", "epsilon"):
@@ -452,6 +463,8 @@ class RunSpec:
             words.append(self.transport)
         if self.placement == "dynamic":
             words.append("dynamic")
+        if self.merge is False:
+            words.append("alone")
         extra = [f"{name}={getattr(self, name)}" for name in ("workers", "parts", "blocks")
                  if getattr(self, name) is not None and self.strategy not in
                  SERIAL_STRATEGIES]
@@ -650,7 +663,7 @@ class Runner:
         if spec.strategy == "data":
             return self._executor("data", workers).run(
                 inputs, partition=spec.partition, n_blocks=spec.blocks, seed=spec.seed,
-                nbuckets=spec.nbuckets, placement=spec.placement)
+                nbuckets=spec.nbuckets, placement=spec.placement, merge=spec.merge)
         executor = self._executor("model", workers)
         part = self._partition(spec, spec.parts or workers)
         return executor.run(inputs, partition=part, row_groups=spec.row_groups,
@@ -1077,6 +1090,8 @@ def _check_value(key: str, value: Any, where: str) -> None:
         raise StudyError(f"{where}: {key} must be text, got {value!r}")
     if kind == "float" and (isinstance(value, bool) or not isinstance(value, int | float)):
         raise StudyError(f"{where}: {key} must be a number, got {value!r}")
+    if kind == "bool" and not isinstance(value, bool):
+        raise StudyError(f"{where}: {key} must be true or false, got {value!r}")
 
 
 def _expand(entry: Any, allowed: dict[str, Any], where: str, make: Callable[..., Any]

@@ -102,13 +102,16 @@ def test_data_parallel(client, problem, partition, merge):
     assert blocks["survivors"].tolist() == [int(alive[r].sum()) for r in rows]
     workers = sorted(client.scheduler_info()["workers"])
     assert blocks["worker"].tolist() == [workers[b % 2] for b in range(3)]  # static: pinned
-    assert result.params == {"placement": "static", **(
+    how = "merged" if merge else "alone"
+    assert result.params == {"placement": "static", "merge_blocks": how, **(
         {"seed": 5} if partition == "random" else
         {"nbuckets": nbuckets} if partition == "hash" else {})}
-    if partition == "random":  # the default seed is 0
-        again = DataParallelExecutor(client, net, warm_up=False).run(inputs, partition=partition,
-                                                                     n_blocks=3)
-        assert again.params == {"placement": "static", "seed": 0}
+    if partition == "random":  # the default seed is 0; the argument overrides the config
+        again = DataParallelExecutor(client, net, warm_up=False).run(
+            inputs, partition=partition, n_blocks=3, merge=not merge)
+        assert again.params == {"placement": "static", "seed": 0,
+                                "merge_blocks": "alone" if merge else "merged"}
+        np.testing.assert_array_equal(again.output.toarray(), ys[-1])
 
 
 @pytest.mark.parametrize("merge", [True, False], ids=["merged", "separate"])
@@ -138,6 +141,7 @@ def test_dynamic_placement(client, problem, partition, merge):
     live = [sum(int(np.count_nonzero(y[r].any(axis=1))) for y in ys[:-1]) for r in rows]
     assert frame["row_layers"].tolist() == live
     assert frame["placement"].iloc[0] == "dynamic"
+    assert frame["merge_blocks"].iloc[0] == ("merged" if merge else "alone")
     with pytest.raises(ValueError, match="placement must be one of static, dynamic"):
         DataParallelExecutor(client, net, warm_up=False).run(inputs, placement="stealing")
 

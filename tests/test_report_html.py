@@ -486,6 +486,18 @@ def test_imbalance_against_blocks_needs_two_block_counts():
                                                                [1.0, 1.1])
     assert "block: slowest block (P = blocks, static)" in lines  # static runs only
     assert "hash: slowest block (P = blocks, static)" not in lines
+    # merged blocks' seconds are shares: the slowest block alone comes from runs with
+    # merge false where the study has them, and is labelled as shares where it has not
+    merged = cmp.assign(merge_blocks="merged")
+    alone = pd.DataFrame([{**rows[0], "merge_blocks": "alone", "max_block_s": 0.7},
+                          {**rows[1], "merge_blocks": "alone", "max_block_s": 0.3}])
+    lines = {line.get_label(): line for ax in figures.imbalance_figure(merged).axes
+             for line in ax.get_lines()}
+    assert "block: slowest block (P = blocks, static, merged shares)" in lines
+    lines = {line.get_label(): line for ax in figures.imbalance_figure(
+        pd.concat([merged, alone], ignore_index=True)).axes for line in ax.get_lines()}
+    assert lines["block: slowest block (P = blocks, static)"].get_ydata().tolist() == [0.7, 0.3]
+    assert "block, static, alone, 2 w" in lines and "block, static, 2 w" in lines
     assert figures.imbalance_figure(cmp[cmp["blocks"] == 2]) is None
     assert figures.imbalance_figure(cmp.assign(strategy="model")) is None
     # blocks that only follow the workers (1 on 1, 2 on 2) are not a block sweep

@@ -32,6 +32,11 @@ def test_spec_defaults_make_equal_runs_equal_keys():
     assert RunSpec("data", "block", seed=3).key() == RunSpec("data", "block").key()
     assert RunSpec("data", "random", seed=3).key() != RunSpec("data", "random").key()
     assert RunSpec("data", "hash", workers=1).key() != RunSpec("data", "hash", workers=2).key()
+    # a data run merges a worker's blocks unless told not to
+    assert RunSpec("data").merge is True and RunSpec("model").merge is None
+    assert RunSpec("data", merge=False).key() != RunSpec("data").key()
+    assert RunSpec("data", merge=True).key() == RunSpec("data").key()
+    assert "alone" in RunSpec("data", merge=False).label.split()
     keys = {RunSpec(s, p).key() for s in ("data", "model") for p in ("block", "hash", "random")}
     assert len(keys) == 6 and all(len(k) == 12 for k in keys)
 
@@ -49,6 +54,8 @@ def test_spec_defaults_make_equal_runs_equal_keys():
     ({"strategy": "data", "partition": "block", "nbuckets": 2}, "nbuckets applies to"),
     ({"strategy": "model", "placement": "dynamic"}, "placement applies to data"),
     ({"strategy": "data", "placement": "dynamc"}, "did you mean 'dynamic'"),
+    ({"strategy": "model", "merge": False}, "merge applies to data"),
+    ({"strategy": "data", "merge": 1}, "merge must be true or false"),
 ])
 def test_impossible_specs_are_refused(kwargs, message):
     with pytest.raises(StudyError, match=message):

@@ -205,6 +205,7 @@ class DataParallelExecutor(Executor):
         seed: int = 0,
         nbuckets: int | None = None,
         placement: str = "static",
+        merge: bool | None = None,
     ) -> RunResult:
         """Infer ``inputs`` with rows split into blocks.
 
@@ -231,6 +232,10 @@ class DataParallelExecutor(Executor):
             ``sdnn.data-parallel.dynamic-blocks-per-worker`` per worker). A worker's
             blocks run merged (``sdnn.data-parallel.merge-blocks``, see the module).
             Either way the blocks are placed before the clock starts.
+        merge
+            Run a worker's blocks merged (default ``sdnn.data-parallel.merge-blocks``):
+            each alone through its early layers, then all their survivors together in
+            full tiles. ``False``: every block alone, one task each.
         """
         if placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, got "
@@ -273,12 +278,13 @@ class DataParallelExecutor(Executor):
             return futures
 
         futures = place_retrying(self.client, self.strategy, place)
-        merge = bool(config.get("data-parallel.merge-blocks"))
+        merge = bool(config.get("data-parallel.merge-blocks") if merge is None else merge)
         if placement == "static":
             results, wall = self._map(futures, blocks, merge=merge)
         else:
             results, wall = self._map_dynamic(futures, merge=merge)
-        params: dict[str, Any] = {"placement": placement}
+        params: dict[str, Any] = {"placement": placement,
+                                  "merge_blocks": "merged" if merge else "alone"}
         if partition == "random":
             params["seed"] = seed
         if partition == "hash":
