@@ -1068,7 +1068,8 @@ class CostModel:
                 survival: Survival | None = None, blocks: int | None = None,
                 row_partition: str = "block",
                 cross_fraction: float | Sequence[float] = 1.0,
-                speed: float = 1.0, settings: KernelSettings | None = None) -> Prediction:
+                speed: float = 1.0, settings: KernelSettings | None = None,
+                merge: bool = True) -> Prediction:
         """Predict a run's seconds and their terms.
 
         Parameters
@@ -1089,6 +1090,10 @@ class CostModel:
             the same N.
         blocks
             Data parallelism's blocks (default one per worker).
+        merge
+            Data parallelism with more blocks than workers: a worker's blocks run merged
+            (default, ``sdnn.data-parallel.merge-blocks``), priced as one block of their
+            rows; ``False``: each block alone (their tasks' overhead is not modelled).
         row_partition
             How rows are split into blocks or row groups (a per-row profile is split
             exactly so; an aggregated one evenly).
@@ -1124,7 +1129,7 @@ class CostModel:
         edges = self.weights_per_row * n * layers
         if strategy in SERIAL or strategy == "data":
             n_blocks = 1 if strategy in SERIAL else int(blocks or workers)
-            if strategy == "data" and n_blocks > workers:
+            if strategy == "data" and n_blocks > workers and merge:
                 # a worker's blocks run merged (sdnn.data-parallel.merge-blocks): as one
                 # block of their rows (their early layers, run apart, are not modelled)
                 shares = profile.split(n_blocks, row_partition)
@@ -1291,8 +1296,10 @@ def _run_settings(run: pd.Series, default: KernelSettings) -> KernelSettings:
 
 
 def _merged(run: pd.Series) -> bool:
-    """A data run whose workers ran several blocks each, merged into shared tiles."""
-    return run["strategy"] == "data" and int(run["blocks"]) > int(run["workers"])
+    """A data run whose workers ran several blocks each, merged into shared tiles (records
+    made before merging existed have no ``merge_blocks``: their blocks ran alone)."""
+    return (run["strategy"] == "data" and int(run["blocks"]) > int(run["workers"])
+            and str(run.get("merge_blocks", "")) == "merged")
 
 
 def _parts_per_core(row_groups: int, parts: int, workers: int) -> int:
@@ -1444,6 +1451,7 @@ def projection_table(model: CostModel, runs: pd.DataFrame, layers: pd.DataFrame,
                                   "settings": _run_settings(run, model.settings)}
         if strategy == "data":
             kwargs["blocks"] = int(run["blocks"])
+            kwargs["merge"] = _merged(run)
             if run["partition"] in ("block", "hash"):
                 kwargs["row_partition"] = run["partition"]
         if strategy in ("model", "hybrid"):

@@ -509,3 +509,16 @@ def test_report_projection_calibrates_on_the_smallest_n_and_holds_out_the_rest(c
     one = found.runs[found.runs["layers"] == 6]
     with pytest.raises(ValueError, match="at least two problem sizes"):
         report_projection(one[one["neurons"] == 1024], found.layers)
+
+
+def test_a_workers_blocks_are_priced_merged():
+    """More blocks than workers: a worker's blocks run merged, so 64 blocks on 2 workers
+    cost what 2 blocks of the same rows do; run alone, each small block pays for its own
+    late layers on a few rows."""
+    profile = _aggregated()
+    args = dict(workers=2, neurons=1024, layers=30, rows=10000, survival=profile)
+    two = TRUE.predict("data", blocks=2, **args)
+    merged = TRUE.predict("data", blocks=64, **args)
+    alone = TRUE.predict("data", blocks=64, merge=False, **args)
+    assert merged.compute_s == pytest.approx(two.compute_s, rel=0.02)
+    assert alone.compute_s > 1.2 * merged.compute_s
