@@ -12,6 +12,7 @@ pattern only. Two paths compute the same thing:
 Both expose ``forward(model, x)``, ``backward(model, cache, labels)`` and
 ``loss(model, x, labels)``, and per-layer pieces (forward of one layer, backward of one
 layer, the sampled weight gradient) for parallel trainers to build on.
+:func:`train_digits` trains on scikit-learn's digits (the ``train`` extra).
 
 Examples
 --------
@@ -25,6 +26,7 @@ Examples
 """
 
 from . import compiled, reference
+from .digits import DigitsData, load_digits_1024, train_digits
 from .loop import BACKENDS, batches, fit, gradients, predict, train_step
 from .losses import softmax_cross_entropy
 from .model import Gradients, SparseModel, init_model, pattern_of
@@ -33,6 +35,7 @@ from .optim import SGD
 __all__ = [
     "BACKENDS",
     "SGD",
+    "DigitsData",
     "Gradients",
     "SparseModel",
     "batches",
@@ -40,9 +43,11 @@ __all__ = [
     "fit",
     "gradients",
     "init_model",
+    "load_digits_1024",
     "pattern_of",
     "predict",
     "reference",
     "softmax_cross_entropy",
+    "train_digits",
     "train_step",
 ]
