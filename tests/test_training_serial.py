@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from sdnn_dask.kernels import forward_block
 from sdnn_dask.network import Network
 from sdnn_dask.radixnet import make_network
 from sdnn_dask.training import (
@@ -281,15 +282,38 @@ def test_layer_pieces_compose_as_the_reference_layer():
     np.testing.assert_allclose(dt.T, delta_ref, rtol=1e-6)
     np.testing.assert_allclose(db, db_ref, rtol=1e-4, atol=1e-4)
     ypt = np.ascontiguousarray(y_prev.T)
-    dypt, g = compiled.layer_backward_t(dt, ypt, w)
+    dypt, g, none = compiled.layer_backward_t(dt, ypt, w)
+    assert none is None
     np.testing.assert_allclose(dypt.T, dy_prev_ref, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(g, g_ref, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(compiled.sampled_gradient_t(ypt, dt, w), g, rtol=1e-6,
                                atol=1e-6)
+    # the mask of the layer below applied on the way out: delta_t of dY_prev, in one pass
+    delta_prev, g_masked, db_prev = compiled.layer_backward_t(dt, ypt, w, mask_ymax=1.0)
+    want, want_db = compiled.delta_t(dypt, ypt, 1.0)
+    np.testing.assert_array_equal(delta_prev, want)
+    np.testing.assert_allclose(db_prev, want_db, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(g_masked, g)
+    assert (want == 0).any() and (want != 0).any() and (ypt == 1.0).any()
     # the sampled product equals the dense product read on the pattern
     dense = y_prev.astype(np.float64).T @ delta_ref
     coo = w.tocoo()
     np.testing.assert_allclose(g_ref, dense[coo.row, coo.col], rtol=1e-12, atol=1e-12)
+
+
+def test_forward_is_bit_identical_to_the_inference_kernel():
+    net = make_network(1024, 6, seed=3)
+    model = init_model(net, classes=10, seed=0)
+    for b in model.biases:
+        b[:] = -0.05
+    model.ymax = 0.5  # some entries clamp
+    x = np.random.default_rng(0).random((300, 1024), dtype=np.float32)
+    x[x < 0.6] = 0.0
+    tiles = compiled.forward(model, x).activations
+    inference = Network(model.weights, bias=-0.05, ymax=0.5)
+    out = forward_block(inference, sp.csr_matrix(x), dense_threshold=0.0).to_csr()
+    assert (tiles[-1] == 0.5).any() and (tiles[-1] == 0).any()
+    np.testing.assert_array_equal(tiles[-1].T, out.toarray())
 
 
 def test_compiled_sees_updated_weights():

@@ -37,9 +37,9 @@ __all__ = [
     "sampled_gradient",
 ]
 
-#: Pattern entries gathered at a time by :func:`sampled_gradient` (bounds its memory to
-#: ``2 * rows * chunk`` floats).
-_SDDMM_CHUNK = 4096
+#: Floats gathered at a time by :func:`sampled_gradient` (``rows x entries``, each side):
+#: 256 KiB of float64 stays in L2, measured 2-4x faster than 16 MiB gathers.
+_SDDMM_FLOATS = 1 << 15
 
 
 def _dense64(x: np.ndarray | sp.spmatrix | sp.sparray) -> np.ndarray:
@@ -130,8 +130,9 @@ def sampled_gradient(y_prev: np.ndarray, delta: np.ndarray, w: sp.csr_matrix) ->
     yt = np.ascontiguousarray(np.asarray(y_prev, np.float64).T)  # n_in x rows
     dt = np.ascontiguousarray(np.asarray(delta, np.float64).T)  # n_out x rows
     g = np.empty(w.nnz, np.float64)
-    for s in range(0, w.nnz, _SDDMM_CHUNK):
-        e = min(w.nnz, s + _SDDMM_CHUNK)
+    chunk = max(64, _SDDMM_FLOATS // max(1, yt.shape[1]))
+    for s in range(0, w.nnz, chunk):
+        e = min(w.nnz, s + chunk)
         g[s:e] = np.einsum("qr,qr->q", yt[rows_of[s:e]], dt[cols_of[s:e]])
     return g
 
