@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from .model import Gradients, SparseModel
+
+
+@numba.njit(nogil=True, cache=True)
+def _update(p, g, v, lr, momentum, decay, use_velocity):  # pragma: no cover
+    """One pass over flat ``p``: ``g + decay * p``, the velocity, the step (as numpy's
+    in-place sequence would do it, without its temporaries)."""
+    for k in range(p.shape[0]):
+        d = g[k] + decay * p[k]
+        if use_velocity:
+            d = momentum * v[k] + d
+            v[k] = d
+        p[k] -= lr * d
 
 __all__ = ["SGD"]
 
@@ -76,13 +89,13 @@ class SGD:
         for k, (p, g, decays) in enumerate(zip(params, arrays, self._decays, strict=True)):
             if g.shape != p.shape:
                 raise ValueError(f"gradient {k} has shape {g.shape}, its parameter {p.shape}")
-            g = np.asarray(g, dtype=p.dtype)
-            if decays and self.weight_decay:
-                g = g + self.weight_decay * p
-            if self._velocity is not None:
-                v = self._velocity[k]  # zeros at first, so v = g on the first step
-                v *= self.momentum
-                v += g
-                g = v
-            p -= self.lr * g  # in place: W.data of a sparse layer, its pattern untouched
+            flat = p.reshape(-1)  # a view: every parameter array is contiguous
+            if not np.shares_memory(flat, p):
+                raise ValueError(f"parameter {k} is not contiguous")
+            g = np.ascontiguousarray(g, dtype=p.dtype).reshape(-1)
+            v = self._velocity[k].reshape(-1) if self._velocity is not None else flat[:0]
+            dtype = p.dtype.type
+            # in place: W.data of a sparse layer changes, its pattern is untouched
+            _update(flat, g, v, dtype(self.lr), dtype(self.momentum),
+                    dtype(self.weight_decay if decays else 0.0), self._velocity is not None)
         self.steps += 1
