@@ -10,9 +10,11 @@ values, 10 classes) with random inputs in [0, 1] (about half zeros), prints for 
 
 for the float64 reference and the float32 compiled path, and the ratios the project tracks
 (reference step / compiled step, target >= 5; compiled backward / compiled forward,
-target <= 2). Single-threaded throughout (BLAS included) unless ``--threads``. Run::
+target <= 2). The two paths are measured in alternating rounds (medians of the rounds'
+medians), so a machine whose speed drifts slows both alike. Single-threaded throughout
+(BLAS included) unless ``--threads``. Run::
 
-    python benchmarks/bench_training_serial.py [--layers 4 24] [--batch 64 512] [--repeat 7]
+    python benchmarks/bench_training_serial.py [--layers 4 24] [--batch 64 512] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, nargs="+", default=[4, 24])
     parser.add_argument("--batch", type=int, nargs="+", default=[64, 512])
-    parser.add_argument("--repeat", type=int, default=7, help="timed runs of the compiled "
-                        "path (the reference gets half as many, at least 2)")
+    parser.add_argument("--repeat", type=int, default=5, help="timed runs per round of the "
+                        "compiled path (the reference gets half as many, at least 2)")
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     _set_threads(args.threads)
@@ -65,8 +68,10 @@ def main(argv: list[str] | None = None) -> int:
         return forward, backward, step
 
     rows = []
-    print(f"training step on RadiX-Net 1024, threads={args.threads}; median seconds "
-          f"(compiled: {args.repeat} runs, reference: {max(2, args.repeat // 2)})")
+    ref_repeat = max(2, args.repeat // 2)
+    print(f"training step on RadiX-Net 1024, threads={args.threads}; median seconds over "
+          f"{args.rounds} rounds (compiled: {args.repeat} runs a round, reference: "
+          f"{ref_repeat})")
     for layers in args.layers:
         net = make_network(1024, layers, seed=0)
         for batch in args.batch:
@@ -77,9 +82,12 @@ def main(argv: list[str] | None = None) -> int:
             model = init_model(net, classes=10, seed=0)
             workspace = compiled.Workspace()
             compiled.backward(model, compiled.forward(model, x, workspace), labels)  # compile
-            comp = time_path(compiled, model.copy(), x, labels, args.repeat, workspace)
-            ref = time_path(reference, model.copy(), x, labels, max(2, args.repeat // 2))
-            rows.append((layers, batch, *ref, *comp))
+            comp_model, ref_model = model.copy(), model.copy()
+            comp, ref = [], []
+            for _ in range(args.rounds):  # alternate, so drift hits both paths alike
+                comp.append(time_path(compiled, comp_model, x, labels, args.repeat, workspace))
+                ref.append(time_path(reference, ref_model, x, labels, ref_repeat))
+            rows.append((layers, batch, *np.median(ref, axis=0), *np.median(comp, axis=0)))
 
     header = (f"{'layers':>6} {'batch':>5} | {'ref fwd':>8} {'ref bwd':>8} {'ref step':>8} | "
               f"{'fwd':>8} {'bwd':>8} {'step':>8} | {'step ref/comp':>13} "
