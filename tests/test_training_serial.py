@@ -11,6 +11,8 @@ them on which entries are 0, clamped or cancelled to Z == 0).
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
 import sys
 import time
 
@@ -478,6 +480,27 @@ def test_sgd_matches_torch(torch):
         opt.step(grads)
         for t, p in zip(params, model.parameters(), strict=True):
             np.testing.assert_allclose(p, t.detach().numpy(), rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize("ci", ["true", ""])
+def test_missing_torch_fails_under_ci(tmp_path, ci):
+    """Without PyTorch the torch tests skip locally and fail under CI=true (conftest)."""
+    (tmp_path / "torch.py").write_text(
+        'raise ModuleNotFoundError("No module named \'torch\'", name="torch")\n')
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path),
+                                                      env.get("PYTHONPATH")]))
+    if ci:
+        env["CI"] = ci
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                          "-rs", "-o", "addopts=", f"{__file__}::test_sgd_matches_torch"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    if ci:
+        assert run.returncode == 1, run.stdout
+        assert "CI=true and this test would have skipped: PyTorch not installed" in run.stdout
+    else:
+        assert run.returncode == 0, run.stdout
+        assert "1 skipped" in run.stdout and "PyTorch not installed" in run.stdout
 
 
 # --------------------------------------------------------------------------- SGD by hand
