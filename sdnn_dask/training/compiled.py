@@ -317,12 +317,15 @@ class _Layout:
         self.indices = [w.indices for w in model.weights]  # to notice a replaced pattern
         self.wt, self.to_t, self.order_fwd, self.order_bwd = [], [], [], []
         for w in model.weights:
-            # Transpose the positions 0..nnz-1: wt.data then says where each entry came from.
-            pos = sp.csr_matrix((np.arange(w.nnz, dtype=np.float64), w.indices, w.indptr),
-                                shape=w.shape)
+            # Transpose the positions 1..nnz (never 0, which a conversion could drop as a
+            # stored zero): wt.data then says where each entry of W came from.
+            pos = sp.csr_matrix((np.arange(1, w.nnz + 1, dtype=np.float64), w.indices,
+                                 w.indptr), shape=w.shape)
             post = pos.T.tocsr()
             post.sort_indices()
-            to_t = post.data.astype(np.int64)
+            if post.nnz != w.nnz:
+                raise AssertionError("transposing the pattern lost entries")
+            to_t = post.data.astype(np.int64) - 1
             wt = sp.csr_matrix((np.zeros(w.nnz, np.float32), post.indices.astype(np.int32),
                                 post.indptr.astype(np.int64)), shape=post.shape)
             self.wt.append(wt)
