@@ -1,0 +1,53 @@
+"""Serial training of sparse DNNs on a fixed pattern (no Dask).
+
+The forward is the challenge recurrence (``Z = Y @ W``; bias, ReLU and clamp on the
+nonzeros of ``Z``) followed by a dense readout and softmax cross-entropy; gradients flow
+back through ``[0 < Y < ymax]`` and the weight gradient is sampled on each layer's
+pattern only. Two paths compute the same thing:
+
+* :mod:`~sdnn_dask.training.reference`: plain float64 NumPy/SciPy, obviously right;
+* :mod:`~sdnn_dask.training.compiled`: numba float32 kernels on dense transposed tiles,
+  the inference kernel's design.
+
+Both expose ``forward(model, x)``, ``backward(model, cache, labels)`` and
+``loss(model, x, labels)``, and per-layer pieces (forward of one layer, backward of one
+layer, the sampled weight gradient) for parallel trainers to build on.
+:func:`train_digits` trains on scikit-learn's digits (the ``train`` extra).
+
+Examples
+--------
+>>> import numpy as np
+>>> from sdnn_dask.radixnet import make_network
+>>> from sdnn_dask.training import SGD, init_model, train_step
+>>> model = init_model(make_network(1024, 2), classes=10, seed=0)
+>>> rng = np.random.default_rng(0)
+>>> x, labels = rng.random((8, 1024), dtype=np.float32), rng.integers(0, 10, 8)
+>>> loss = train_step(model, x, labels, SGD(model, lr=0.01))
+"""
+
+from . import compiled, reference
+from .digits import DigitsData, load_digits_1024, train_digits
+from .loop import BACKENDS, batches, fit, gradients, predict, train_step
+from .losses import softmax_cross_entropy
+from .model import Gradients, SparseModel, init_model, pattern_of
+from .optim import SGD
+
+__all__ = [
+    "BACKENDS",
+    "SGD",
+    "DigitsData",
+    "Gradients",
+    "SparseModel",
+    "batches",
+    "compiled",
+    "fit",
+    "gradients",
+    "init_model",
+    "load_digits_1024",
+    "pattern_of",
+    "predict",
+    "reference",
+    "softmax_cross_entropy",
+    "train_digits",
+    "train_step",
+]

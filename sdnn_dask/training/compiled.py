@@ -1,0 +1,469 @@
+"""The compiled (numba, float32) training path, on the inference kernel's design.
+
+Activations are dense transposed tiles, ``neurons x rows`` (C order), so a neuron's values
+for a run of rows are contiguous. Per layer:
+
+* forward: :func:`layer_forward_t` forms each output neuron as the sum of its ~32 scaled
+  input rows, walking ``W^T`` in CSR, as the inference kernel's
+  :func:`~sdnn_dask.kernels.dense_step` does, and with the same sums in the same order
+  (bit-identical outputs); only its epilogue (bias on the nonzeros of ``Z``, ReLU, clamp)
+  is branch-free, and it does not count survivors, which makes it about 2x faster;
+* backward: :func:`delta_t` masks ``dL/dY`` with ``[0 < Y < ymax]`` (derivative 0 at
+  exactly 0 and exactly ymax; 0 where ``Z == 0`` since ``Y = 0`` there) and sums the bias
+  gradient; :func:`layer_backward_t` then walks ``W`` in CSR (row ``i``: the outputs
+  ``j`` it feeds) and, four stored ``(i, j)`` at a time, adds ``W[i, j] * delta^T[j]`` to
+  ``dY_prev^T[i]`` and takes the dot products of ``Y_prev^T[i]`` with the same
+  ``delta^T[j]`` (the sampled weight gradient), all on contiguous rows; it can also apply
+  the layer below's mask on the way out (``mask_ymax``), so a serial backward needs no
+  separate :func:`delta_t` pass; :func:`sampled_gradient_t` is the weight gradient alone
+  (the first layer, where ``dY_prev`` is not needed).
+
+The rows are processed in runs of ``_ROW_TILE`` (as inference), so the ~32 rows one
+neuron reads come from a cache-sized slab. Rows that die are kept (a training batch is
+small and its gradient needs every row's logits); they cost time, not correctness.
+
+The kernels take any ``n_in x n_out`` CSR, not only the square layers of the challenge, so
+a part of a layer (model parallelism) can run them on its slice. No Dask here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+import scipy.sparse as sp
+
+from ..kernels import _ROW_TILE
+from .losses import softmax_cross_entropy
+from .model import Gradients, SparseModel
+
+__all__ = [
+    "CompiledCache",
+    "Workspace",
+    "backward",
+    "delta_t",
+    "forward",
+    "layer_backward_t",
+    "layer_forward_t",
+    "loss",
+    "sampled_gradient_t",
+]
+
+#: The backward kernels may reassociate their dot products (so they vectorise) and
+#: contract to FMA; no assumption about NaN or infinity is made.
+_FAST = {"reassoc", "contract", "nsz"}
+
+
+@numba.njit(nogil=True, cache=True)
+def _forward_step(yt, wtp, wti, wtx, bias, ymax, zt, row_tile, order):  # pragma: no cover
+    """``zt = act(W^T @ yt)``; the sums of dense_step, in its order, without its counts."""
+    rows = yt.shape[1]
+    n_out = zt.shape[0]
+    zero = np.float32(0.0)
+    for r0 in range(0, rows, row_tile):
+        r1 = min(rows, r0 + row_tile)
+        m = r1 - r0
+        for jj in range(n_out):
+            j = order[jj]
+            dst = zt[j, r0:r1]
+            for r in range(m):
+                dst[r] = 0.0
+            q, q_end = wtp[j], wtp[j + 1]
+            while q + 4 <= q_end:  # four inputs per pass over dst, as dense_step
+                w0, w1, w2, w3 = wtx[q], wtx[q + 1], wtx[q + 2], wtx[q + 3]
+                s0 = yt[wti[q], r0:r1]
+                s1 = yt[wti[q + 1], r0:r1]
+                s2 = yt[wti[q + 2], r0:r1]
+                s3 = yt[wti[q + 3], r0:r1]
+                for r in range(m):
+                    dst[r] = (((dst[r] + w0 * s0[r]) + w1 * s1[r]) + w2 * s2[r]) + w3 * s3[r]
+                q += 4
+            while q < q_end:
+                w = wtx[q]
+                src = yt[wti[q], r0:r1]
+                for r in range(m):
+                    dst[r] += w * src[r]
+                q += 1
+            b = bias[j]
+            # Selects, not branches, so this vectorises: half the layer's time otherwise.
+            for r in range(m):
+                z = dst[r]
+                y = min(max(z + b, zero), ymax)
+                dst[r] = y if z != 0.0 else zero
+
+
+def layer_forward_t(yt: np.ndarray, wt: sp.csr_matrix, bias: np.ndarray, ymax: float,
+                    out: np.ndarray, order: np.ndarray | None = None) -> None:
+    """One layer forward on a transposed tile: ``out = act(W^T @ yt)`` (``n_out x rows``).
+
+    Parameters
+    ----------
+    yt
+        ``n_in x rows`` float32, C order: ``Y_prev^T``.
+    wt
+        ``W^T`` as float32 CSR (``n_out x n_in``).
+    bias
+        ``n_out`` float32.
+    ymax
+        The clamp.
+    out
+        ``n_out x rows`` float32, overwritten with ``Y^T``: ``min(max(Z + b, 0), ymax)``
+        where ``Z != 0``, else 0. Bit-identical to the inference kernel's output.
+    order
+        The order in which output neurons are formed (speed only; default 0..n_out-1).
+    """
+    if order is None:
+        order = _identity(wt.shape[0])
+    _forward_step(yt, wt.indptr, wt.indices, wt.data, bias, np.float32(ymax), out, _ROW_TILE,
+                  order)
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_FAST)
+def _delta_t(dyt, yt, ymax, out, db):  # pragma: no cover
+    n, rows = yt.shape
+    zero = np.float32(0.0)
+    for j in range(n):
+        s = zero
+        for r in range(rows):
+            y = yt[j, r]
+            d = dyt[j, r] if (y > zero) & (y < ymax) else zero
+            out[j, r] = d
+            s += d
+        db[j] = s
+
+
+def delta_t(dyt: np.ndarray, yt: np.ndarray, ymax: float, out: np.ndarray | None = None
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """``delta^T = dY^T * [0 < Y^T < ymax]`` and the bias gradient (its row sums).
+
+    Parameters
+    ----------
+    dyt
+        ``n x rows`` float32, ``(dL/dY)^T``.
+    yt
+        ``n x rows`` float32, the layer's output ``Y^T``.
+    ymax
+        The clamp: at exactly ``ymax``, as at exactly 0, the derivative is 0.
+    out
+        Where to write ``delta^T`` (may be ``dyt`` itself); default a new array.
+
+    Returns
+    -------
+    delta_t, db : ndarray
+        ``n x rows`` and ``n`` float32. ``Y = 0`` wherever ``Z == 0``, so those entries,
+        which got no bias, add nothing to ``db``.
+    """
+    if out is None:
+        out = np.empty_like(dyt)
+    db = np.empty(yt.shape[0], np.float32)
+    _delta_t(dyt, yt, np.float32(ymax), out, db)
+    return out, db
+
+
+@numba.njit(nogil=True, cache=True, fastmath=_FAST)
+def _backward_step(dt, ypt, wp, wi, wx, dypt, grad, db, row_tile, order, want_dy, mask,
+                   ymax):  # pragma: no cover
+    """Over the stored ``q`` of each row ``i`` of ``W`` (CSR ``wp, wi, wx``):
+    ``dypt[i] = sum_q wx[q] dt[wi[q]]`` (if ``want_dy``; then masked by
+    ``0 < ypt[i] < ymax`` and summed into ``db[i]`` if ``mask``) and
+    ``grad[q] = <ypt[i], dt[wi[q]]>``, in runs of ``row_tile`` rows."""
+    rows = dt.shape[1]
+    n_in = wp.shape[0] - 1
+    zero = np.float32(0.0)
+    for q in range(grad.shape[0]):
+        grad[q] = 0.0
+    if mask:
+        for i in range(n_in):
+            db[i] = 0.0
+    for r0 in range(0, rows, row_tile):
+        r1 = min(rows, r0 + row_tile)
+        m = r1 - r0
+        for ii in range(n_in):
+            i = order[ii]
+            y = ypt[i, r0:r1]
+            dst = dypt[i, r0:r1]
+            if want_dy:
+                for r in range(m):
+                    dst[r] = 0.0
+            q, q_end = wp[i], wp[i + 1]
+            # Four outputs per pass; the update of dst and the dot products in two loops
+            # over the same (L1-resident) rows: one loop doing both vectorises poorly
+            # (measured 2x slower at 64 rows).
+            while q + 4 <= q_end:
+                w0, w1, w2, w3 = wx[q], wx[q + 1], wx[q + 2], wx[q + 3]
+                d0 = dt[wi[q], r0:r1]
+                d1 = dt[wi[q + 1], r0:r1]
+                d2 = dt[wi[q + 2], r0:r1]
+                d3 = dt[wi[q + 3], r0:r1]
+                if want_dy:
+                    for r in range(m):
+                        dst[r] = (((dst[r] + w0 * d0[r]) + w1 * d1[r]) + w2 * d2[r]) + w3 * d3[r]
+                g0 = zero
+                g1 = zero
+                g2 = zero
+                g3 = zero
+                for r in range(m):
+                    yr = y[r]
+                    g0 += yr * d0[r]
+                    g1 += yr * d1[r]
+                    g2 += yr * d2[r]
+                    g3 += yr * d3[r]
+                grad[q] += g0
+                grad[q + 1] += g1
+                grad[q + 2] += g2
+                grad[q + 3] += g3
+                q += 4
+            while q < q_end:
+                w = wx[q]
+                d = dt[wi[q], r0:r1]
+                if want_dy:
+                    for r in range(m):
+                        dst[r] += w * d[r]
+                g = zero
+                for r in range(m):
+                    g += y[r] * d[r]
+                grad[q] += g
+                q += 1
+            if want_dy and mask:  # dst is final for these rows: make it the layer below's delta
+                s = zero
+                for r in range(m):
+                    yr = y[r]
+                    v = dst[r] if (yr > zero) & (yr < ymax) else zero
+                    dst[r] = v
+                    s += v
+                db[i] += s
+
+
+def _identity(n: int) -> np.ndarray:
+    return np.arange(n, dtype=np.int64)
+
+
+def layer_backward_t(dt: np.ndarray, ypt: np.ndarray, w: sp.csr_matrix,
+                     dypt: np.ndarray | None = None, order: np.ndarray | None = None, *,
+                     mask_ymax: float | None = None
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """``dY_prev^T = W @ delta^T`` and the sampled weight gradient, in one pass over ``W``.
+
+    Parameters
+    ----------
+    dt
+        ``n_out x rows`` float32, ``delta^T`` (from :func:`delta_t`).
+    ypt
+        ``n_in x rows`` float32, the layer's input ``Y_prev^T``.
+    w
+        ``W`` as float32 CSR (``n_in x n_out``).
+    dypt
+        Where to write ``dY_prev^T`` (``n_in x rows``; must not be ``dt``); default new.
+    order
+        The order in which rows of ``W`` are visited (speed only).
+    mask_ymax
+        If given, ``Y_prev`` is itself a layer's output clamped at ``mask_ymax``, and
+        ``dypt`` receives the layer below's ``delta^T = dY_prev^T * [0 < Y_prev^T <
+        mask_ymax]`` instead (what :func:`delta_t` would make of it), with its bias
+        gradient. Only valid when ``w`` holds every input of ``Y_prev`` (not for a slice
+        whose partial sums must first be added up).
+
+    Returns
+    -------
+    dypt : ndarray
+        ``dY_prev^T`` (or the layer below's ``delta^T``), float32.
+    grad : ndarray
+        ``G`` aligned with ``w.data``: ``G[q] = sum_r Y_prev[r, i_q] delta[r, j_q]``.
+    db_prev : ndarray or None
+        With ``mask_ymax``, the layer below's bias gradient; else None.
+    """
+    if dypt is None:
+        dypt = np.empty_like(ypt)
+    grad = np.empty(w.nnz, np.float32)
+    mask = mask_ymax is not None
+    db = np.empty(w.shape[0] if mask else 0, np.float32)
+    _backward_step(dt, ypt, w.indptr, w.indices, w.data, dypt, grad, db, _ROW_TILE,
+                   _identity(w.shape[0]) if order is None else order, True, mask,
+                   np.float32(mask_ymax if mask else 0.0))
+    return dypt, grad, db if mask else None
+
+
+def sampled_gradient_t(ypt: np.ndarray, dt: np.ndarray, w: sp.csr_matrix,
+                       order: np.ndarray | None = None) -> np.ndarray:
+    """The sampled weight gradient alone: ``G[q] = <Y_prev^T[i_q], delta^T[j_q]>``.
+
+    Parameters are as in :func:`layer_backward_t`; only the pattern of ``w`` is read.
+    """
+    grad = np.empty(w.nnz, np.float32)
+    # dypt is never written when want_dy is false: pass ypt in its place
+    _backward_step(dt, ypt, w.indptr, w.indices, w.data, ypt, grad, grad[:0], _ROW_TILE,
+                   _identity(w.shape[0]) if order is None else order, False, False,
+                   np.float32(0.0))
+    return grad
+
+
+def _pattern_order(csr: sp.csr_matrix) -> np.ndarray:
+    """Rows sorted by (first, last) index: rows that read the same inputs come together,
+    so what one reads is still in L1 for the next (as Network.output_order)."""
+    nonempty = np.diff(csr.indptr) > 0
+    first = np.full(csr.shape[0], -1, dtype=np.int64)
+    last = np.full(csr.shape[0], -1, dtype=np.int64)
+    first[nonempty] = csr.indices[csr.indptr[:-1][nonempty]]
+    last[nonempty] = csr.indices[csr.indptr[1:][nonempty] - 1]
+    return np.lexsort((last, first)).astype(np.int64)
+
+
+class _Layout:
+    """Per layer, what the pattern alone decides: ``W^T``'s pattern, the map from
+    ``W.data`` to ``W^T.data``, and both visiting orders. Built once per model."""
+
+    def __init__(self, model: SparseModel):
+        self.indices = [w.indices for w in model.weights]  # to notice a replaced pattern
+        self.wt, self.to_t, self.order_fwd, self.order_bwd = [], [], [], []
+        for w in model.weights:
+            # Transpose the positions 1..nnz (never 0, which a conversion could drop as a
+            # stored zero): wt.data then says where each entry of W came from.
+            pos = sp.csr_matrix((np.arange(1, w.nnz + 1, dtype=np.float64), w.indices,
+                                 w.indptr), shape=w.shape)
+            post = pos.T.tocsr()
+            post.sort_indices()
+            if post.nnz != w.nnz:
+                raise AssertionError("transposing the pattern lost entries")
+            to_t = post.data.astype(np.int64) - 1
+            wt = sp.csr_matrix((np.zeros(w.nnz, np.float32), post.indices.astype(np.int32),
+                                post.indptr.astype(np.int64)), shape=post.shape)
+            self.wt.append(wt)
+            self.to_t.append(to_t)
+            self.order_fwd.append(_pattern_order(wt))
+            self.order_bwd.append(_pattern_order(w))
+
+    def matches(self, model: SparseModel) -> bool:
+        return len(self.indices) == model.n_layers and all(
+            a is w.indices for a, w in zip(self.indices, model.weights, strict=True))
+
+
+def _layout(model: SparseModel) -> _Layout:
+    if model.dtype != np.float32:
+        raise TypeError(f"the compiled path runs in float32; this model is {model.dtype} "
+                        "(init_model(..., dtype=np.float32) or model.astype(np.float32))")
+    layout = model._layout
+    if not isinstance(layout, _Layout) or not layout.matches(model):
+        layout = model._layout = _Layout(model)
+    return layout
+
+
+class Workspace:
+    """Reusable activation tiles, per batch shape (saves allocations and page faults).
+
+    A :class:`CompiledCache` made with a workspace holds its buffers: it is valid until the
+    next :func:`forward` of the same shape with the same workspace. A few shapes are kept
+    (an epoch's last, short batch does not evict the full one).
+    """
+
+    _KEEP = 4
+
+    def __init__(self) -> None:
+        self._by_key: dict[tuple, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+
+    def take(self, sizes: list[int], rows: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Tiles ``sizes[k] x rows`` (the input and one per layer) and two spare tiles of
+        the largest size, reused when the shapes match."""
+        key = (tuple(sizes), rows)
+        found = self._by_key.pop(key, None)
+        if found is None:
+            found = ([np.empty((n, rows), np.float32) for n in sizes],
+                     [np.empty((max(sizes), rows), np.float32) for _ in range(2)])
+            while len(self._by_key) >= self._KEEP:
+                self._by_key.pop(next(iter(self._by_key)))  # the least recently used
+        self._by_key[key] = found  # most recent last
+        return found
+
+
+@dataclass
+class CompiledCache:
+    """What :func:`forward` keeps for :func:`backward`.
+
+    Attributes
+    ----------
+    activations
+        ``Y_0^T .. Y_L^T`` (``Y_0^T`` the inputs), ``n x rows`` float32.
+    logits
+        ``rows x classes`` float32.
+    """
+
+    activations: list[np.ndarray]
+    logits: np.ndarray
+    _spare: list[np.ndarray]
+
+
+def _input_tile(x: np.ndarray | sp.spmatrix | sp.sparray, out: np.ndarray) -> None:
+    if sp.issparse(x):
+        x = x.toarray()
+    out[...] = np.asarray(x).T
+
+
+def forward(model: SparseModel, x: np.ndarray | sp.spmatrix | sp.sparray,
+            workspace: Workspace | None = None) -> CompiledCache:
+    """Every layer and the readout on the input rows ``x`` (``rows x n_inputs``), float32.
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp
+    >>> from sdnn_dask.training import init_model
+    >>> model = init_model([sp.identity(4, format="csr")] * 2, classes=3, seed=0)
+    >>> forward(model, np.ones((5, 4))).logits.shape
+    (5, 3)
+    """
+    layout = _layout(model)
+    shape = getattr(x, "shape", None)
+    if shape is None or len(shape) != 2 or shape[1] != model.n_inputs:
+        raise ValueError(f"inputs must be rows x {model.n_inputs}, got {shape}")
+    rows = int(shape[0])
+    sizes = [model.n_inputs] + [w.shape[1] for w in model.weights]
+    tiles, spare = (workspace or Workspace()).take(sizes, rows)
+    _input_tile(x, tiles[0])
+    for k, w in enumerate(model.weights):
+        wt = layout.wt[k]
+        wt.data[:] = w.data[layout.to_t[k]]  # W may have been updated since the last call
+        layer_forward_t(tiles[k], wt, model.biases[k], model.ymax, tiles[k + 1],
+                        layout.order_fwd[k])
+    logits = tiles[-1].T @ model.readout + model.readout_bias
+    return CompiledCache(list(tiles), logits, spare)
+
+
+def backward(model: SparseModel, cache: CompiledCache, labels: np.ndarray
+             ) -> tuple[float, Gradients]:
+    """The mean softmax cross-entropy of ``cache``'s rows and its gradient (float32).
+
+    Returns
+    -------
+    loss : float
+    grads : Gradients
+        For every parameter; the weights' aligned with ``W_l.data``.
+    """
+    layout = _layout(model)
+    value, dlogits = softmax_cross_entropy(cache.logits, labels)
+    tiles = cache.activations
+    d_readout = tiles[-1] @ dlogits
+    d_readout_bias = dlogits.sum(axis=0)
+    a, b = cache._spare
+    n_last = tiles[-1].shape[0]
+    dyt = a[:n_last]
+    np.matmul(model.readout, dlogits.T, out=dyt)
+    dws, dbs = [], []
+    dt, db = delta_t(dyt, tiles[-1], model.ymax, out=dyt)  # in place; the top layer's delta
+    for k in range(model.n_layers - 1, -1, -1):
+        w = model.weights[k]
+        dbs.append(db)
+        if k > 0:
+            # the layer below's delta straight away (its mask applied on the way out)
+            out = b[: w.shape[0]]
+            dt, g, db = layer_backward_t(dt, tiles[k], w, out, layout.order_bwd[k],
+                                         mask_ymax=model.ymax)
+            a, b = b, a
+        else:
+            g = sampled_gradient_t(tiles[k], dt, w, layout.order_bwd[k])
+        dws.append(g)
+    return value, Gradients(dws[::-1], dbs[::-1], d_readout, d_readout_bias)
+
+
+def loss(model: SparseModel, x: np.ndarray | sp.spmatrix | sp.sparray, labels: np.ndarray,
+         workspace: Workspace | None = None) -> float:
+    """The mean softmax cross-entropy of the model on ``x``."""
+    return softmax_cross_entropy(forward(model, x, workspace).logits, labels)[0]
