@@ -146,6 +146,19 @@ def test_dynamic_placement(client, problem, partition, merge):
         DataParallelExecutor(client, net, warm_up=False).run(inputs, placement="stealing")
 
 
+def test_dynamic_placement_gives_every_worker_a_first_block(client, problem):
+    """As many blocks as workers: each worker runs one (a worker asking ahead for its
+    next block must not take the other's first)."""
+    net, inputs, ys = problem
+    executor = DataParallelExecutor(client, net, warm_up=False)
+    for _ in range(3):
+        result = executor.run(inputs, n_blocks=2, placement="dynamic")
+        np.testing.assert_array_equal(result.output.toarray(), ys[-1])
+        assert result.blocks["worker"].nunique() == 2
+    one = executor.run(inputs, n_blocks=1, placement="dynamic")  # fewer blocks than workers
+    np.testing.assert_array_equal(one.output.toarray(), ys[-1])
+
+
 def _expected_communication(net, partition, ys, workers: int) -> dict[int, dict[str, int]]:
     """Per layer: the columns every part reads from other parts (``columns_in``), the
     nonzeros and rows (with a nonzero in them) of those columns, and the bytes of the

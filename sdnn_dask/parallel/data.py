@@ -127,25 +127,29 @@ def finish_here(network: Network, block_ids: list[int], kernel: KernelSettings,
             for out, b, (_, first), part in zip(outs, block_ids, started, share, strict=True)]
 
 
-def drain_queue(network: Network, queue: str, kernel: KernelSettings,
+def drain_queue(network: Network, queue: str, kernel: KernelSettings, first: int,
                 *blocks: Any) -> list[dict[str, Any]]:
-    """Dynamic placement's worker loop (executed on every worker of the run): take the
-    next block id from the scheduler's queue ``queue``, run its early layers, repeat
-    until a stop (``-1``); then finish the blocks taken here, their survivors merged
-    (:func:`finish_here`). Every worker holds every block, so nothing moves but ids.
+    """Dynamic placement's worker loop (executed on every worker of the run): run block
+    ``first``'s early layers, then take the next block id from the scheduler's queue
+    ``queue``, and so on until a stop (``-1``); then finish the blocks taken here, their
+    survivors merged (:func:`finish_here`). Every worker holds every block, so nothing
+    moves but ids.
 
     The next id is asked for while the current block runs, so a worker never waits for
-    the scheduler; it has thus claimed one block ahead of the one it runs.
+    the scheduler: it has claimed one block ahead of the one it runs. The first block is
+    given, not taken, so that no worker claims a second before the others have a first
+    (with as many blocks as workers, one would otherwise run two while another idles).
     """
     ids = Queue(queue)
     taken: list[int] = []
     started: list[tuple[BlockState, float]] = []
     with ThreadPoolExecutor(1, thread_name_prefix="sdnn-next-block") as asker:
-        ahead = asker.submit(ids.get)
-        while (b := int(ahead.result())) >= 0:
-            ahead = asker.submit(ids.get)
+        b = first
+        while b >= 0:
+            ahead = asker.submit(ids.get)  # while block b runs
             taken.append(b)
             started.append(start_one(network, blocks[b], kernel))
+            b = int(ahead.result())
     return finish_here(network, taken, kernel, *started) if taken else []
 
 
@@ -463,19 +467,21 @@ class DataParallelExecutor(Executor):
         return [results[b] for b in range(len(block_futures))], wall
 
     def _drain(self, block_futures: list[Future]) -> tuple[list[dict[str, Any]], float]:
-        """Dynamic placement with merging: the block ids go into a queue on the scheduler
-        (before the clock), one :func:`drain_queue` task per worker takes them as it frees
-        up. Timed. A worker lost mid-run raises :exc:`WorkerLostError`."""
-        workers = self.workers
+        """Dynamic placement with merging: worker ``w`` is given block ``w`` and the other
+        block ids go into a queue on the scheduler (before the clock); one
+        :func:`drain_queue` task per worker takes them as it frees up. Timed. A worker lost
+        mid-run raises :exc:`WorkerLostError`."""
+        n = len(block_futures)
+        workers = self.workers[:n]  # a worker with no first block has nothing to do
         ids = Queue(f"sdnn-blocks-{uuid.uuid4().hex}", client=self.client)
         try:
-            for b in [*range(len(block_futures)), *[-1] * len(workers)]:
+            for b in [*range(len(workers), n), *[-1] * len(workers)]:
                 ids.put(b)
             start = time.perf_counter()
             tasks = [self.client.submit(drain_queue, self._weights, ids.name, self._kernel,
-                                        *block_futures, workers=[w],
+                                        first, *block_futures, workers=[w],
                                         allow_other_workers=False, pure=False)
-                     for w in workers]
+                     for first, w in enumerate(workers)]
             done = gather_pinned(self.client, tasks, workers, strategy=self.strategy)
             wall = time.perf_counter() - start
         finally:
