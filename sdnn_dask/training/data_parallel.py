@@ -1,0 +1,227 @@
+"""Data-parallel training on Dask: rows of each mini-batch split over the workers.
+
+Every worker holds its own copy of the whole model and optimiser (placed once, kept in the
+worker's memory between steps). A step:
+
+1. sends worker ``w`` its block of the batch's rows (contiguous, as even as possible);
+2. each worker computes its block's loss and gradients (:func:`~.loop.gradients`, the
+   serial kernels), scaled by its share of the rows, so their sum is the batch mean the
+   serial step uses;
+3. the gradients are summed by a binary tree of pairwise additions, each on the worker
+   that already holds the left operand (``ceil(log2 P)`` levels; no worker receives more
+   than one gradient per level);
+4. the sum goes to every worker, and each applies the same SGD update to its copy, so the
+   copies stay identical.
+
+Every gradient moved is ``nnz(W)`` weights plus biases and readout, whatever the batch:
+``bytes_moved`` counts them (``2 (P - 1)`` gradients a step: the reduction and the
+broadcast of the sum). The rows themselves are sent too, and are counted apart
+(``bytes_rows``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from distributed import Client, wait
+
+from .compiled import Workspace
+from .loop import BACKENDS, gradients
+from .model import Gradients, SparseModel
+from .optim import SGD
+
+__all__ = ["DataParallelTrainer", "StepResult"]
+
+#: Each worker's trainers, by id: its model copy, optimiser and workspace.
+_STATE: dict[str, tuple[SparseModel, SGD, Workspace]] = {}
+
+
+def _place(trainer: str, model: SparseModel, lr: float, momentum: float,
+           weight_decay: float) -> str:
+    copy = model.copy()  # this worker's own: updated in place every step
+    _STATE[trainer] = (copy, SGD(copy, lr, momentum=momentum, weight_decay=weight_decay),
+                       Workspace())
+    return trainer
+
+
+def _drop(trainer: str) -> bool:
+    return _STATE.pop(trainer, None) is not None
+
+
+def _block_gradients(trainer: str, x: Any, labels: np.ndarray, share: float,
+                     backend: str) -> tuple[float, Gradients]:
+    model, _, workspace = _STATE[trainer]
+    loss, grads = gradients(model, x, labels, backend,
+                            workspace if backend == "compiled" else None)
+    return loss * share, _scaled(grads, share)
+
+
+def _scaled(grads: Gradients, factor: float) -> Gradients:
+    def scale(a: np.ndarray) -> np.ndarray:
+        return a * a.dtype.type(factor)
+    return Gradients([scale(g) for g in grads.weights], [scale(g) for g in grads.biases],
+                     scale(grads.readout), scale(grads.readout_bias))
+
+
+def _add(a: tuple[float, Gradients], b: tuple[float, Gradients]) -> tuple[float, Gradients]:
+    (la, ga), (lb, gb) = a, b
+    return la + lb, Gradients([x + y for x, y in zip(ga.weights, gb.weights, strict=True)],
+                              [x + y for x, y in zip(ga.biases, gb.biases, strict=True)],
+                              ga.readout + gb.readout, ga.readout_bias + gb.readout_bias)
+
+
+def _apply(trainer: str, total: tuple[float, Gradients]) -> float:
+    _, optimizer, _ = _STATE[trainer]
+    optimizer.step(total[1])
+    return total[0]
+
+
+def _fetch(trainer: str) -> SparseModel:
+    return _STATE[trainer][0]
+
+
+def gradient_bytes(model: SparseModel) -> int:
+    """Bytes of one full gradient of ``model`` (what data parallelism moves per transfer)."""
+    return int(sum(p.nbytes for p in model.parameters()))
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One data-parallel step.
+
+    Attributes
+    ----------
+    loss
+        The batch's mean loss before the update (as the serial step returns it).
+    seconds
+        Wall time of the step, from sending the rows to every worker having updated.
+    bytes_moved
+        Gradient bytes moved between workers (reduction and broadcast).
+    bytes_rows
+        Bytes of the batch's rows sent to the workers.
+    """
+
+    loss: float
+    seconds: float
+    bytes_moved: int
+    bytes_rows: int
+
+
+class DataParallelTrainer:
+    """Train one model by data parallelism on a Dask cluster.
+
+    Parameters
+    ----------
+    client
+        Any ``distributed.Client``.
+    model
+        The model to train; every worker gets its own copy (this object is not changed).
+    lr, momentum, weight_decay
+        The SGD settings (:class:`~sdnn_dask.training.optim.SGD`), the same on every worker.
+    workers
+        Addresses of the workers to use (default: every worker of the cluster).
+    backend
+        ``"compiled"`` (default) or ``"reference"``.
+
+    Examples
+    --------
+    >>> trainer = DataParallelTrainer(client, init_model(net, 10), lr=0.01)  # doctest: +SKIP
+    >>> step = trainer.step(x, labels)  # doctest: +SKIP
+    >>> trained = trainer.model()  # doctest: +SKIP
+    """
+
+    def __init__(self, client: Client, model: SparseModel, *, lr: float,
+                 momentum: float = 0.0, weight_decay: float = 0.0,
+                 workers: list[str] | None = None, backend: str = "compiled"):
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        self.client, self.backend = client, backend
+        self.workers = sorted(workers or client.scheduler_info()["workers"])
+        if not self.workers:
+            raise ValueError("the cluster has no workers")
+        self.id = f"sdnn-train-{uuid.uuid4().hex}"
+        self._gradient_bytes = gradient_bytes(model)
+        shared = client.scatter(model, workers=self.workers, broadcast=True, hash=False)
+        placed = [client.submit(_place, self.id, shared, lr, momentum, weight_decay,
+                                workers=[w], allow_other_workers=False, pure=False)
+                  for w in self.workers]
+        client.gather(placed)
+        client.cancel(shared)  # each worker has made its own copy
+
+    @property
+    def n_workers(self) -> int:
+        return len(self.workers)
+
+    def step(self, x: np.ndarray | sp.spmatrix, labels: np.ndarray) -> StepResult:
+        """One step on the batch ``x`` (``rows x N``) with class ``labels``."""
+        rows = x.shape[0]
+        if rows < 1 or len(labels) != rows:
+            raise ValueError(f"a batch needs rows and one label a row; got {rows} rows and "
+                             f"{len(labels)} labels")
+        labels = np.asarray(labels)
+        used = self.workers[: min(self.n_workers, rows)]
+        bounds = np.linspace(0, rows, len(used) + 1).round().astype(int)
+        start = time.perf_counter()
+        parts = []
+        sent = 0
+        for w, lo, hi in zip(used, bounds[:-1], bounds[1:], strict=True):
+            block, block_labels = x[lo:hi], labels[lo:hi]
+            sent += _nbytes(block) + block_labels.nbytes
+            parts.append((self.client.submit(
+                _block_gradients, self.id, block, block_labels, (hi - lo) / rows,
+                self.backend, workers=[w], allow_other_workers=False, pure=False), w))
+        moved = 0
+        while len(parts) > 1:  # a binary tree: the left operand's worker adds
+            level = []
+            for i in range(0, len(parts) - 1, 2):
+                (a, wa), (b, _) = parts[i], parts[i + 1]
+                level.append((self.client.submit(_add, a, b, workers=[wa],
+                                                 allow_other_workers=False, pure=False), wa))
+                moved += self._gradient_bytes
+            if len(parts) % 2:
+                level.append(parts[-1])
+            parts = level
+        total, home = parts[0]
+        applied = [self.client.submit(_apply, self.id, total, workers=[w],
+                                      allow_other_workers=False, pure=False)
+                   for w in self.workers]
+        moved += self._gradient_bytes * sum(w != home for w in self.workers)
+        with self.client.as_current():
+            wait(applied)
+        losses = self.client.gather(applied)
+        seconds = time.perf_counter() - start
+        return StepResult(float(losses[0]), seconds, moved, sent)
+
+    def model(self, worker: int = 0) -> SparseModel:
+        """A copy of the model as worker ``worker`` holds it now."""
+        held = self.client.submit(_fetch, self.id, workers=[self.workers[worker]],
+                                  allow_other_workers=False, pure=False).result()
+        return held.copy()  # never the worker's own object (a threaded cluster shares it)
+
+    def close(self) -> None:
+        """Drop the model copies from the workers."""
+        self.client.gather([self.client.submit(_drop, self.id, workers=[w],
+                                               allow_other_workers=False, pure=False)
+                            for w in self.workers])
+
+    def __enter__(self) -> DataParallelTrainer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def reduction_levels(self) -> int:
+        """Levels of the gradient sum's tree."""
+        return math.ceil(math.log2(self.n_workers)) if self.n_workers > 1 else 0
+
+
+def _nbytes(block: Any) -> int:
+    if sp.issparse(block):
+        return int(block.data.nbytes + block.indices.nbytes + block.indptr.nbytes)
+    return int(np.asarray(block).nbytes)

@@ -1,0 +1,94 @@
+"""Data-parallel training on a real LocalCluster, against the serial step after k steps."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from sdnn_dask.radixnet import make_network
+from sdnn_dask.training import SGD, init_model, train_step
+from sdnn_dask.training.data_parallel import DataParallelTrainer, gradient_bytes
+
+STEPS = 4
+
+
+def _pattern(rng, n: int, layers: int) -> list[sp.csr_matrix]:
+    return [sp.random(n, n, density=8 / n, format="csr", dtype=np.float32, rng=rng)
+            for _ in range(layers)]
+
+
+def _batches(rng, n: int, rows: int, classes: int):
+    for _ in range(STEPS):
+        x = rng.random((rows, n), dtype=np.float32) * (rng.random((rows, n)) < 0.4)
+        yield x.astype(np.float32), rng.integers(0, classes, rows)
+
+
+def _close(a, b, rtol=2e-5, atol=2e-6):
+    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
+        np.testing.assert_allclose(pa, pb, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("backend", ["compiled", "reference"])
+def test_data_parallel_steps_follow_the_serial_steps(client, backend):
+    """k steps with momentum and weight decay: the same weights as the serial run (the
+    batch's gradient summed in another order), the same losses, identical copies on
+    every worker, the pattern unchanged."""
+    rng = np.random.default_rng(7)
+    n, classes = 64, 5
+    dtype = np.float32 if backend == "compiled" else np.float64
+    model = init_model(_pattern(rng, n, 3), classes, seed=3, dtype=dtype)
+    serial = model.copy()
+    optimizer = SGD(serial, 0.05, momentum=0.9, weight_decay=1e-3)
+    with DataParallelTrainer(client, model, lr=0.05, momentum=0.9, weight_decay=1e-3,
+                             backend=backend) as trainer:
+        for x, labels in _batches(rng, n, 37, classes):
+            expected = train_step(serial, x, labels, optimizer, backend)
+            step = trainer.step(x, labels)
+            assert step.loss == pytest.approx(expected, rel=1e-5)
+            assert step.bytes_moved == 2 * (trainer.n_workers - 1) * gradient_bytes(model)
+            assert step.bytes_rows >= x.nbytes and step.seconds > 0
+        first, second = trainer.model(0), trainer.model(1)
+    rtol = 2e-5 if backend == "compiled" else 1e-12
+    _close(first, serial, rtol=rtol, atol=rtol / 10)
+    for a, b in zip(first.parameters(), second.parameters(), strict=True):
+        np.testing.assert_array_equal(a, b)  # the same update on every worker
+    assert first.same_pattern(model) and not np.array_equal(first.weights[0].data,
+                                                           model.weights[0].data)
+
+
+def test_a_batch_smaller_than_the_cluster(client):
+    """One row: one worker computes, every worker still updates."""
+    rng = np.random.default_rng(1)
+    model = init_model(_pattern(rng, 32, 2), 3, seed=0)
+    serial = model.copy()
+    optimizer = SGD(serial, 0.1)
+    x, labels = rng.random((1, 32), dtype=np.float32), np.array([2])
+    with DataParallelTrainer(client, model, lr=0.1) as trainer:
+        step = trainer.step(x, labels)
+        assert step.loss == pytest.approx(train_step(serial, x, labels, optimizer), rel=1e-6)
+        assert step.bytes_moved == gradient_bytes(model)  # no reduction, one broadcast
+        _close(trainer.model(1), serial)
+        with pytest.raises(ValueError, match="one label a row"):
+            trainer.step(x, np.array([1, 2]))
+
+
+def test_a_radixnet_network_learns_the_same(client):
+    """The generated 1024-neuron RadiX-Net pattern, sparse inputs, 3 steps."""
+    rng = np.random.default_rng(2)
+    model = init_model(make_network(1024, 4), 10, seed=1)
+    serial = model.copy()
+    optimizer = SGD(serial, 0.01, momentum=0.9)
+    with DataParallelTrainer(client, model, lr=0.01, momentum=0.9) as trainer:
+        for _ in range(3):
+            x = sp.random(96, 1024, density=0.1, format="csr", dtype=np.float32, rng=rng)
+            labels = rng.integers(0, 10, 96)
+            assert trainer.step(x, labels).loss == pytest.approx(
+                train_step(serial, x, labels, optimizer), rel=1e-5)
+        _close(trainer.model(), serial, rtol=1e-4, atol=1e-6)
+
+
+def test_bad_backend(client):
+    model = init_model(_pattern(np.random.default_rng(0), 16, 1), 2)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        DataParallelTrainer(client, model, lr=0.1, backend="fast")
