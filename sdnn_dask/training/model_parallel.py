@@ -399,8 +399,13 @@ class ModelParallelTrainer:
         self._volume = [sum(len(ix) for q, s in enumerate(states)
                             for p, ix in s.layers[layer].fetch.items() if p != q)
                         for layer in range(model.n_layers)]
-        client.gather([client.submit(_place, self.id, s, workers=[self.home[s.part]],
-                                     allow_other_workers=False, pure=False) for s in states])
+        # scattered straight to each part's worker, not embedded in the graph (tens of MB)
+        placed = []
+        for s in states:
+            held = client.scatter(s, workers=[self.home[s.part]], hash=False)
+            placed.append(client.submit(_place, self.id, held, workers=[self.home[s.part]],
+                                        allow_other_workers=False, pure=False))
+        client.gather(placed)
 
     def _slice(self, model: SparseModel, lr: float, momentum: float,
                weight_decay: float) -> list[_Part]:
