@@ -1,17 +1,21 @@
-"""Training steps at the challenge's scale: serial against data parallelism, one run.
+"""Training steps at the challenge's scale: serial against data and model parallelism.
 
 Generated RadiX-Net 1024-120 network (random values on its pattern, 10 classes),
 generated official-like inputs with random labels (this is about time and bytes per step,
 not learning), 2 workers. For each batch size, the median seconds per step of the serial
-reference (float64; once, it is slow), the serial compiled step and data-parallel steps
-on the workers (interleaved with the compiled ones), the gradient bytes data parallelism
-moves per step, and the ratios::
+reference (float64; once, it is slow), the serial compiled step, data-parallel steps on
+the workers and model-parallel steps at k = 2 (one part per worker) on each
+``--partitions`` method (interleaved with the compiled ones), the bytes each moves per
+step (data: gradients; model: activations forward plus partial errors backward, with the
+partition's prediction for one direction), and the ratios::
 
     python benchmarks/bench_training.py [--layers 120] [--batches 64 512] [--steps 5]
+        [--partitions block hypergraph]
 
-Every data-parallel step's loss is checked against the serial step's on the same batch
-(both models start equal and take the same steps; to 1e-3: the gradient's float32 sums
-in another order make the two drift apart slowly over 120 layers).
+Every parallel step's loss is checked against the serial step's on the same batch (all
+models start equal and take the same steps; to 1e-3: float32 sums in another order make
+them drift apart slowly over 120 layers). The hypergraph partition needs the
+``partition`` extra (mtkahypar) and is cached under ``cache_dir() / "partitions"``.
 """
 
 from __future__ import annotations
@@ -25,9 +29,11 @@ import numpy as np
 from distributed import Client, LocalCluster
 
 from sdnn_dask.images import make_inputs
+from sdnn_dask.partition import make_neuron_partition
 from sdnn_dask.radixnet import make_network
 from sdnn_dask.training import SGD, init_model, train_step
 from sdnn_dask.training.data_parallel import DataParallelTrainer
+from sdnn_dask.training.model_parallel import ModelParallelTrainer
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,9 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=120)
     parser.add_argument("--batches", type=int, nargs="+", default=[64, 512])
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--partitions", nargs="+", default=["block", "hypergraph"])
     args = parser.parse_args(argv)
 
     network = make_network(1024, args.layers)
+    partitions = {m: make_neuron_partition(network, 2, m, cache=m == "hypergraph")
+                  for m in args.partitions}
     rng = np.random.default_rng(0)
     rows = max(args.batches) * (args.steps + 1)
     inputs = make_inputs(rows, 1024, seed=0).toarray()
@@ -56,30 +65,51 @@ def main(argv: list[str] | None = None) -> int:
             start = time.perf_counter()
             train_step(reference, inputs[:batch], labels[:batch], ref_opt, "reference")
             ref_s = time.perf_counter() - start
-            with DataParallelTrainer(client, model, lr=0.01, momentum=0.9) as trainer:
+            trainers = {"data": DataParallelTrainer(client, model, lr=0.01, momentum=0.9)}
+            for m, part in partitions.items():
+                trainers[m] = ModelParallelTrainer(client, model, part, lr=0.01, momentum=0.9)
+            try:
                 # one untimed step each: compilation, placement
                 train_step(serial, inputs[:batch], labels[:batch], optimizer)
-                trainer.step(inputs[:batch], labels[:batch])
-                comp, data, moved = [], [], 0
+                for trainer in trainers.values():
+                    trainer.step(inputs[:batch], labels[:batch])
+                comp = []
+                took: dict[str, list[float]] = {name: [] for name in trainers}
+                moved: dict[str, tuple[int, int, int]] = {}
                 for s in range(1, args.steps + 1):
                     x, y = inputs[s * batch:(s + 1) * batch], labels[s * batch:(s + 1) * batch]
                     start = time.perf_counter()
                     expected = train_step(serial, x, y, optimizer)
                     comp.append(time.perf_counter() - start)
-                    step = trainer.step(x, y)
-                    data.append(step.seconds)
-                    moved = step.bytes_moved
-                    # float32 sums in another order drift apart slowly over 120 layers
-                    if not np.isclose(step.loss, expected, rtol=1e-3):
-                        raise SystemExit(f"batch {batch}, step {s}: loss {step.loss} against "
-                                         f"{expected} serially")
-            c, d = statistics.median(comp), statistics.median(data)
-            lines.append((batch, ref_s, c, d, moved))
+                    for name, trainer in trainers.items():
+                        step = trainer.step(x, y)
+                        took[name].append(step.seconds)
+                        moved[name] = ((step.bytes_moved, 0, 0) if name == "data" else
+                                       (step.bytes_forward, step.bytes_backward,
+                                        step.predicted_bytes))
+                        # float32 sums in another order drift apart slowly over 120 layers
+                        if not np.isclose(step.loss, expected, rtol=1e-3):
+                            raise SystemExit(f"batch {batch}, step {s}, {name}: loss "
+                                             f"{step.loss} against {expected} serially")
+            finally:
+                for trainer in trainers.values():
+                    trainer.close()
+            c = statistics.median(comp)
+            lines.append((batch, ref_s, c, {n: statistics.median(t) for n, t in took.items()},
+                          moved))
     print(f"{'batch':>6} {'reference s':>12} {'compiled s':>11} {'data (2 w) s':>13} "
           f"{'compiled/ref':>12} {'data/compiled':>13} {'MB moved/step':>13}")
-    for batch, ref_s, c, d, moved in lines:
+    for batch, ref_s, c, took, moved in lines:
+        d = took["data"]
         print(f"{batch:6d} {ref_s:12.3f} {c:11.3f} {d:13.3f} {ref_s / c:12.1f} {c / d:13.2f} "
-              f"{moved / 1e6:13.1f}")
+              f"{moved['data'][0] / 1e6:13.1f}")
+    print(f"\n{'batch':>6} {'model k=2':>12} {'s/step':>8} {'compiled/model':>14} "
+          f"{'MB fwd':>8} {'MB bwd':>8} {'MB predicted':>12}")
+    for batch, _, c, took, moved in lines:
+        for m in partitions:
+            fwd, bwd, predicted = moved[m]
+            print(f"{batch:6d} {m:>12} {took[m]:8.3f} {c / took[m]:14.2f} {fwd / 1e6:8.2f} "
+                  f"{bwd / 1e6:8.2f} {predicted / 1e6:12.2f}")
     return 0
 
 

@@ -1,0 +1,551 @@
+"""Model-parallel training on Dask: every layer's output neurons split over ``k`` parts.
+
+A :class:`~sdnn_dask.partition.NeuronPartition` gives, for every level ``l``, the part that
+owns each neuron. Part ``p`` keeps, per layer ``l``, the slice ``W_l[needed_p, own_p]``
+(``own_p``: the level ``l`` neurons it owns, the columns of ``W_l`` it computes;
+``needed_p``: the level ``l-1`` neurons with a stored weight into ``own_p``), the biases
+``b_l[own_p]``, the readout rows ``R[own_p(L)]`` and their momentum; part 0 also keeps the
+readout bias ``c``. Every part sees every row of the mini-batch. A step:
+
+1. forward, layer by layer: part ``p`` gathers ``Y_{l-1}[:, needed_p]`` (the input columns
+   of ``X`` for layer 1, sent by the client; for ``l >= 2`` the columns it owns and those
+   cut for it by their owners) and computes ``Y_l[:, own_p]`` with
+   :func:`~.compiled.layer_forward_t` on its slice, the serial kernel's sums in the serial
+   order (so the activations are bit-identical to the serial step's);
+2. readout: each part forms ``Y_L[:, own_p] @ R[own_p]``; part 0 sums the partials, adds
+   ``c`` and takes the softmax cross-entropy once; ``dlogits`` goes back to every part;
+3. backward, from layer ``L`` down: part ``p`` has ``dY_l[:, own_p]`` (from ``dlogits`` at
+   the top; below, the sum of the partial errors every part that reads its columns sent
+   back), masks it (:func:`~.compiled.delta_t`: its bias gradient), and
+   :func:`~.compiled.layer_backward_t` gives the sampled gradient of its slice and the
+   partial errors ``delta @ W_l[needed_p, own_p]^T`` of the inputs it read, which go back to
+   their owners: the transposed pattern of the forward, the same volume;
+4. update: each part applies SGD (the rule of :class:`~.optim.SGD`, its kernel) to its own
+   slices; nothing is reduced across parts, since no two parts hold the same parameter.
+
+Transport is the task graph: a part's work per layer is a task pinned to its worker, and
+a "cut" task on the source's worker selects only the columns a destination on another
+worker needs, so only those move. Parts on the same worker read each other's columns
+from the worker's memory (no task, nothing moved); those bytes are reported apart.
+
+Bytes counted (``StepResult``): the ``nbytes`` of the float32 pieces as received, i.e.
+``columns x rows x 4`` per piece, with no fixed overhead (the pickling's framing is not
+counted). Layer 1 exchanges nothing (every part is sent the input columns it needs, counted
+in ``bytes_inputs``) and no error flows below layer 1, so forward and backward both move the
+activation columns of layers ``2..L``: ``sum_{l>=2} sum_p |needed_p(l) - own_p(l-1)| x rows
+x 4`` in all (cross-worker plus same-worker), which :meth:`ModelParallelTrainer.predicted_bytes`
+gives from the pattern and the partition alone.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from distributed import Client, wait
+
+from ..network import Network
+from ..partition import NeuronPartition, make_neuron_partition
+from .compiled import (
+    _pattern_order,
+    delta_t,
+    layer_backward_t,
+    layer_forward_t,
+    sampled_gradient_t,
+)
+from .losses import as_labels, softmax_cross_entropy
+from .model import SparseModel
+from .optim import _update
+
+__all__ = ["ModelParallelStep", "ModelParallelTrainer"]
+
+
+@dataclass(eq=False)
+class _Slice:
+    """One part's share of one layer, and what it keeps of the current step."""
+
+    own: np.ndarray          # level l neurons computed here (global ids, sorted)
+    needed: np.ndarray       # level l-1 neurons read (global ids, sorted)
+    w: sp.csr_matrix         # W_l[needed, own], float32, values updated in place
+    w_pos: np.ndarray        # position in W_l.data of each entry of w.data
+    wt: sp.csr_matrix        # its transpose; values refreshed from w before each forward
+    to_t: np.ndarray         # wt.data = w.data[to_t]
+    order_fwd: np.ndarray
+    order_bwd: np.ndarray
+    bias: np.ndarray         # b_l[own]
+    # source part -> positions within ``needed`` of the columns that part owns (l >= 2)
+    fetch: dict[int, np.ndarray] = field(default_factory=dict)
+    # destination part -> positions within ``own`` of the columns it reads in layer l + 1
+    send: dict[int, np.ndarray] = field(default_factory=dict)
+    velocity_w: np.ndarray | None = None
+    velocity_b: np.ndarray | None = None
+    # this step's: the gathered input tile, the output tile, gradients, partial errors
+    inputs: np.ndarray | None = None
+    outputs: np.ndarray | None = None
+    grad_w: np.ndarray | None = None
+    grad_b: np.ndarray | None = None
+    partial: np.ndarray | None = None
+
+
+@dataclass(eq=False)
+class _Part:
+    """Everything one part keeps on its worker between tasks."""
+
+    part: int
+    layers: list[_Slice]
+    readout: np.ndarray                 # R[own_L]
+    readout_bias: np.ndarray | None     # c, on part 0 only
+    ymax: float
+    lr: float
+    momentum: float
+    weight_decay: float
+    velocity_r: np.ndarray | None = None
+    velocity_c: np.ndarray | None = None
+    grad_r: np.ndarray | None = None
+    grad_c: np.ndarray | None = None
+
+
+#: Each worker's parts, by (trainer id, part).
+_STATE: dict[tuple[str, int], _Part] = {}
+
+
+def _place(trainer: str, state: _Part) -> int:
+    _STATE[(trainer, state.part)] = state
+    return state.part
+
+
+def _drop(trainer: str) -> int:
+    keys = [key for key in _STATE if key[0] == trainer]
+    for key in keys:
+        del _STATE[key]
+    return len(keys)
+
+
+def _forward(trainer: str, p: int, layer: int, x: np.ndarray | None,
+             pieces: dict[int, np.ndarray], local: tuple[int, ...], rows: int,
+             *after: Any) -> tuple[int, int]:
+    """Layer ``layer`` (1-based) forward on part ``p``.
+
+    ``x``: the needed input columns (layer 1 only), ``needed x rows``. ``pieces``: source
+    part -> the columns it cut for ``p`` (other workers); ``local``: parts on this worker
+    (``p`` included) whose columns are read from memory. ``after`` only orders the task.
+    Returns (bytes received from other workers, bytes read from other parts here).
+    """
+    state = _STATE[(trainer, p)]
+    sl = state.layers[layer - 1]
+    moved = read = 0
+    if layer == 1:
+        tile = x
+    else:
+        tile = np.empty((len(sl.needed), rows), np.float32)
+        for q, piece in pieces.items():
+            tile[sl.fetch[q]] = piece
+            moved += piece.nbytes
+        for q in local:
+            src = _STATE[(trainer, q)].layers[layer - 2]
+            tile[sl.fetch[q]] = src.outputs[src.send[p]]
+            if q != p:
+                read += len(sl.fetch[q]) * rows * 4
+    sl.wt.data[:] = sl.w.data[sl.to_t]  # w changed in the last update
+    out = np.empty((len(sl.own), rows), np.float32)
+    layer_forward_t(tile, sl.wt, sl.bias, state.ymax, out, sl.order_fwd)
+    sl.inputs, sl.outputs = tile, out
+    return moved, read
+
+
+def _cut_forward(trainer: str, q: int, level: int, p: int, *after: Any) -> np.ndarray:
+    """The columns of part ``q``'s level ``level`` that part ``p`` reads (a copy: only it
+    moves)."""
+    sl = _STATE[(trainer, q)].layers[level - 1]
+    return np.ascontiguousarray(sl.outputs[sl.send[p]])
+
+
+def _readout(trainer: str, p: int, *after: Any) -> np.ndarray:
+    state = _STATE[(trainer, p)]
+    return state.layers[-1].outputs.T @ state.readout
+
+
+def _loss(trainer: str, partials: list[np.ndarray], labels: np.ndarray
+          ) -> tuple[float, np.ndarray]:
+    """On part 0: the logits (partials summed, ``c`` added), the loss and ``dlogits``."""
+    state = _STATE[(trainer, 0)]
+    logits = partials[0].copy()
+    for partial in partials[1:]:
+        logits += partial
+    logits += state.readout_bias
+    value, dlogits = softmax_cross_entropy(logits, labels)
+    state.grad_c = dlogits.sum(axis=0)
+    return value, dlogits
+
+
+def _backward(trainer: str, p: int, layer: int, top: tuple[float, np.ndarray] | None,
+              pieces: dict[int, np.ndarray], local: tuple[int, ...], rows: int,
+              *after: Any) -> tuple[int, int]:
+    """Layer ``layer`` backward on part ``p``: ``dY_l[:, own_p]`` from ``dlogits`` (``top``,
+    layer L) or as the sum of the partial errors of the parts that read its columns
+    (``pieces`` from other workers, ``local`` parts' read from memory), then the slice's
+    gradients and, below layer 1, its partial errors of ``Y_{l-1}[:, needed_p]``."""
+    state = _STATE[(trainer, p)]
+    sl = state.layers[layer - 1]
+    moved = read = 0
+    if top is not None:
+        dlogits = top[1]
+        dyt = state.readout @ dlogits.T
+        state.grad_r = sl.outputs @ dlogits
+    else:
+        dyt = np.zeros((len(sl.own), rows), np.float32)
+        # in part order, wherever the pieces come from: the sum does not depend on placement
+        sources = {q: piece for q, piece in pieces.items()}
+        for q in local:
+            src = _STATE[(trainer, q)].layers[layer]
+            sources[q] = src.partial[src.fetch[p]]
+            if q != p:
+                read += sources[q].nbytes
+        moved = sum(piece.nbytes for piece in pieces.values())
+        for q in sorted(sources):
+            dyt[sl.send[q]] += sources[q]
+    delta, sl.grad_b = delta_t(dyt, sl.outputs, state.ymax, out=dyt)
+    if layer > 1:
+        sl.partial, sl.grad_w, _ = layer_backward_t(delta, sl.inputs, sl.w, None, sl.order_bwd)
+    else:
+        sl.grad_w = sampled_gradient_t(sl.inputs, delta, sl.w, sl.order_bwd)
+    return moved, read
+
+
+def _cut_backward(trainer: str, q: int, layer: int, p: int, *after: Any) -> np.ndarray:
+    """Part ``q``'s partial errors of layer ``layer``'s inputs that part ``p`` owns."""
+    sl = _STATE[(trainer, q)].layers[layer - 1]
+    return np.ascontiguousarray(sl.partial[sl.fetch[p]])
+
+
+def _step_param(p: np.ndarray, g: np.ndarray, v: np.ndarray | None, state: _Part,
+                decays: bool) -> None:
+    dtype = p.dtype.type
+    flat = p.reshape(-1)
+    _update(flat, np.ascontiguousarray(g, dtype=p.dtype).reshape(-1),
+            v.reshape(-1) if v is not None else flat[:0], dtype(state.lr),
+            dtype(state.momentum), dtype(state.weight_decay if decays else 0.0),
+            v is not None)
+
+
+def _apply(trainer: str, p: int, *after: Any) -> int:
+    """SGD on part ``p``'s slices (as :class:`~.optim.SGD`: decay on W and R only)."""
+    state = _STATE[(trainer, p)]
+    for sl in state.layers:
+        _step_param(sl.w.data, sl.grad_w, sl.velocity_w, state, True)
+        _step_param(sl.bias, sl.grad_b, sl.velocity_b, state, False)
+    _step_param(state.readout, state.grad_r, state.velocity_r, state, True)
+    if state.readout_bias is not None:
+        _step_param(state.readout_bias, state.grad_c, state.velocity_c, state, False)
+    return p
+
+
+def _fetch(trainer: str, p: int) -> tuple[list[tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                     np.ndarray]], np.ndarray,
+                                          np.ndarray | None]:
+    state = _STATE[(trainer, p)]
+    return ([(sl.w_pos, sl.w.data.copy(), sl.own, sl.bias.copy()) for sl in state.layers],
+            state.readout.copy(),
+            None if state.readout_bias is None else state.readout_bias.copy())
+
+
+@dataclass(frozen=True)
+class ModelParallelStep:
+    """One model-parallel step.
+
+    Attributes
+    ----------
+    loss
+        The batch's mean loss before the update (as the serial step returns it).
+    seconds
+        Wall time of the step, from submitting it to every part having updated.
+    bytes_forward, bytes_backward
+        Activation (forward) and partial-error (backward) bytes that crossed workers.
+    bytes_forward_local, bytes_backward_local
+        The same between different parts on one worker (read from memory, not moved).
+    predicted_bytes
+        What the partition predicts for one direction, cross-worker and same-worker
+        together: :meth:`ModelParallelTrainer.predicted_bytes` for this batch.
+    bytes_readout
+        The readout's traffic: partial logits to part 0 and ``dlogits`` back to every
+        other worker (``rows x classes x 4`` each).
+    bytes_inputs
+        The input columns sent to the parts for layer 1.
+    """
+
+    loss: float
+    seconds: float
+    bytes_forward: int
+    bytes_backward: int
+    bytes_forward_local: int
+    bytes_backward_local: int
+    predicted_bytes: int
+    bytes_readout: int
+    bytes_inputs: int
+
+
+def _positions(w: sp.csr_matrix) -> sp.csr_matrix:
+    """``w``'s pattern with values ``1..nnz`` (float64: exact; never 0, which slicing could
+    drop as a stored zero): after any slicing, ``data - 1`` says where an entry came from."""
+    return sp.csr_matrix((np.arange(1, w.nnz + 1, dtype=np.float64), w.indices, w.indptr),
+                         shape=w.shape)
+
+
+def _slice_layer(w: sp.csr_matrix, bias: np.ndarray, own: np.ndarray,
+                 momentum: float) -> _Slice:
+    """Part of a layer: the rows of ``w`` with a stored entry in the columns ``own``."""
+    pos = _positions(w)
+    cols = pos[:, own].tocsr()  # all rows, the owned columns
+    needed = np.flatnonzero(np.diff(cols.indptr)).astype(np.int64)
+    sub = cols[needed].tocsr()
+    sub.sort_indices()
+    w_pos = sub.data.astype(np.int64) - 1
+    ws = sp.csr_matrix((w.data[w_pos].astype(np.float32), sub.indices.astype(np.int32),
+                        sub.indptr.astype(np.int64)), shape=sub.shape)
+    ws.has_sorted_indices = True
+    local = sp.csr_matrix((np.arange(1, ws.nnz + 1, dtype=np.float64), ws.indices,
+                           ws.indptr), shape=ws.shape).T.tocsr()
+    local.sort_indices()
+    to_t = local.data.astype(np.int64) - 1
+    wt = sp.csr_matrix((ws.data[to_t], local.indices.astype(np.int32),
+                        local.indptr.astype(np.int64)), shape=local.shape)
+    return _Slice(own=own, needed=needed, w=ws, w_pos=w_pos, wt=wt, to_t=to_t,
+                  order_fwd=_pattern_order(wt), order_bwd=_pattern_order(ws),
+                  bias=np.ascontiguousarray(bias[own], dtype=np.float32),
+                  velocity_w=np.zeros(ws.nnz, np.float32) if momentum else None,
+                  velocity_b=np.zeros(len(own), np.float32) if momentum else None)
+
+
+def _network_of(model: SparseModel) -> Network:
+    """The model's pattern as a Network (for the partitioners; values are irrelevant)."""
+    return Network([sp.csr_matrix((np.ones(w.nnz, np.float32), w.indices, w.indptr),
+                                  shape=w.shape) for w in model.weights],
+                   bias=0.0, ymax=model.ymax, name="training-pattern")
+
+
+class ModelParallelTrainer:
+    """Train one model by model parallelism (a neuron partition) on a Dask cluster.
+
+    Parameters
+    ----------
+    client
+        Any ``distributed.Client``.
+    model
+        A float32 model with square ``N x N`` layers (the challenge's shape); it is sliced
+        over the parts and not changed.
+    partition
+        A :class:`~sdnn_dask.partition.NeuronPartition` of the model's pattern, or a method
+        name (``"block"``, ``"hash"``, ``"random"``, ``"hypergraph"``) with ``k``.
+    k
+        Parts, when ``partition`` is a name.
+    lr, momentum, weight_decay
+        The SGD settings (:class:`~sdnn_dask.training.optim.SGD`).
+    workers
+        Addresses of the workers to use (default: every worker). Part ``p`` runs on
+        ``workers[p * len(workers) // k]``: consecutive parts share a worker.
+    seed
+        For the ``"random"`` and ``"hypergraph"`` partitions made here.
+
+    Examples
+    --------
+    >>> trainer = ModelParallelTrainer(client, model, "block", k=2, lr=0.01)  # doctest: +SKIP
+    >>> step = trainer.step(x, labels)  # doctest: +SKIP
+    >>> step.bytes_forward == step.bytes_backward  # doctest: +SKIP
+    True
+    >>> trained = trainer.model()  # doctest: +SKIP
+    """
+
+    def __init__(self, client: Client, model: SparseModel,
+                 partition: NeuronPartition | str, *, k: int | None = None, lr: float,
+                 momentum: float = 0.0, weight_decay: float = 0.0,
+                 workers: list[str] | None = None, seed: int = 0):
+        if model.dtype != np.float32:
+            raise TypeError(f"model parallelism runs the compiled float32 kernels; the model "
+                            f"is {model.dtype}")
+        if not lr > 0:
+            raise ValueError(f"lr must be positive, got {lr}")
+        if not 0 <= momentum < 1:
+            raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+        if weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+        network = _network_of(model)
+        if isinstance(partition, str):
+            if k is None:
+                raise ValueError("a partition given by name needs k")
+            partition = make_neuron_partition(network, k, partition, seed=seed)
+        elif k is not None and k != partition.k:
+            raise ValueError(f"k={k} but the partition has {partition.k} parts")
+        partition._check_network(network)
+        self.client, self.partition = client, partition
+        self.k = partition.k
+        self.workers = sorted(workers or client.scheduler_info()["workers"])
+        if not self.workers:
+            raise ValueError("the cluster has no workers")
+        self.home = [self.workers[p * len(self.workers) // self.k] for p in range(self.k)]
+        self.id = f"sdnn-mptrain-{uuid.uuid4().hex}"
+        self._shapes = model.copy()  # pattern and dtype of the assembled model
+        states = self._slice(model, lr, momentum, weight_decay)
+        # per layer, part p's needed columns (needed for the inputs and the byte figures)
+        self._needed = [[sl.needed for sl in (s.layers[layer] for s in states)]
+                        for layer in range(model.n_layers)]
+        self._sources = [[sorted(s.layers[layer].fetch) for s in states]
+                         for layer in range(model.n_layers)]
+        self._readers = [[sorted(s.layers[layer].send) for s in states]
+                         for layer in range(model.n_layers)]
+        self._volume = [sum(len(ix) for q, s in enumerate(states)
+                            for p, ix in s.layers[layer].fetch.items() if p != q)
+                        for layer in range(model.n_layers)]
+        # scattered straight to each part's worker, not embedded in the graph (tens of MB)
+        placed = []
+        for s in states:
+            held = client.scatter(s, workers=[self.home[s.part]], hash=False)
+            placed.append(client.submit(_place, self.id, held, workers=[self.home[s.part]],
+                                        allow_other_workers=False, pure=False))
+        client.gather(placed)
+
+    def _slice(self, model: SparseModel, lr: float, momentum: float,
+               weight_decay: float) -> list[_Part]:
+        parts = self.partition.parts
+        k, n_layers = self.k, model.n_layers
+        position = np.empty(parts.shape, np.int64)  # of each neuron within its owner's own
+        for level in range(parts.shape[0]):
+            for p in range(k):
+                ids = np.flatnonzero(parts[level] == p)
+                position[level, ids] = np.arange(len(ids))
+        layers = [[_slice_layer(w, b, np.flatnonzero(parts[layer + 1] == p), momentum)
+                   for p in range(k)] for layer, (w, b) in enumerate(zip(model.weights,
+                                                                        model.biases,
+                                                                        strict=True))]
+        for layer in range(1, n_layers):
+            owner = parts[layer]  # of the level-`layer` neurons, the inputs of layer + 1
+            for p, sl in enumerate(layers[layer]):
+                source = owner[sl.needed]
+                for q in np.unique(source):
+                    fetch = np.flatnonzero(source == q)
+                    sl.fetch[int(q)] = fetch
+                    layers[layer - 1][int(q)].send[p] = position[layer, sl.needed[fetch]]
+        out = []
+        for p in range(k):
+            own_last = layers[-1][p].own
+            readout = np.ascontiguousarray(model.readout[own_last])
+            c = model.readout_bias.copy() if p == 0 else None
+            out.append(_Part(p, [layers[layer][p] for layer in range(n_layers)], readout, c,
+                             model.ymax, float(lr), float(momentum), float(weight_decay),
+                             velocity_r=np.zeros_like(readout) if momentum else None,
+                             velocity_c=(np.zeros_like(c) if momentum and c is not None
+                                         else None)))
+        return out
+
+    def predicted_bytes(self, rows: int) -> int:
+        """Bytes one direction moves for a batch of ``rows``, across and within workers:
+        ``sum_{l>=2} sum_p |needed_p(l) - own_p(l-1)| x rows x 4`` (float32 columns)."""
+        return int(sum(self._volume[1:])) * rows * 4
+
+    def volume(self) -> list[int]:
+        """Per layer, the (column, part) pairs where a part reads a column it does not own
+        (the partition's ``volume`` on this model's pattern; layer 1's is not exchanged)."""
+        return list(self._volume)
+
+    def _submit(self, fn: Any, part: int, *args: Any) -> Any:
+        return self.client.submit(fn, *args, workers=[self.home[part]],
+                                  allow_other_workers=False, pure=False)
+
+    def step(self, x: np.ndarray | sp.spmatrix, labels: np.ndarray) -> ModelParallelStep:
+        """One step on the batch ``x`` (``rows x N``) with class ``labels``."""
+        shape = getattr(x, "shape", None)
+        if shape is None or len(shape) != 2 or shape[1] != self._shapes.n_inputs:
+            raise ValueError(f"inputs must be rows x {self._shapes.n_inputs}, got {shape}")
+        rows = int(shape[0])
+        if rows < 1:
+            raise ValueError("a batch needs at least one row")
+        labels = as_labels(labels, rows, self._shapes.n_classes)
+        n_layers, k, home = self._shapes.n_layers, self.k, self.home
+        start = time.perf_counter()
+        dense = x.toarray() if sp.issparse(x) else np.asarray(x)
+        inputs = [np.ascontiguousarray(dense[:, needed].T, dtype=np.float32)
+                  for needed in self._needed[0]]
+        fwd: list[list[Any]] = []
+        for layer in range(1, n_layers + 1):
+            level = []
+            for p in range(k):
+                if layer == 1:
+                    level.append(self._submit(_forward, p, self.id, p, 1, inputs[p], {}, (),
+                                              rows))
+                    continue
+                sources = self._sources[layer - 1][p]
+                local = tuple(q for q in sources if home[q] == home[p])
+                pieces = {q: self._submit(_cut_forward, q, self.id, q, layer - 1, p,
+                                          fwd[-1][q])
+                          for q in sources if home[q] != home[p]}
+                after = [fwd[-1][q] for q in local] + [fwd[-1][p]]
+                level.append(self._submit(_forward, p, self.id, p, layer, None, pieces,
+                                          local, rows, *after))
+            fwd.append(level)
+        partials = [self._submit(_readout, p, self.id, p, fwd[-1][p]) for p in range(k)]
+        top = self._submit(_loss, 0, self.id, partials, labels)
+        bwd: list[list[Any]] = [[None] * k for _ in range(n_layers)]
+        for layer in range(n_layers, 0, -1):
+            for p in range(k):
+                if layer == n_layers:
+                    bwd[layer - 1][p] = self._submit(_backward, p, self.id, p, layer, top, {},
+                                                     (), rows)
+                    continue
+                above = bwd[layer]
+                readers = self._readers[layer - 1][p]  # parts that read p's level-l columns
+                local = tuple(q for q in readers if home[q] == home[p])
+                pieces = {q: self._submit(_cut_backward, q, self.id, q, layer + 1, p,
+                                          above[q])
+                          for q in readers if home[q] != home[p]}
+                after = [above[q] for q in local] + [above[p], top]
+                bwd[layer - 1][p] = self._submit(_backward, p, self.id, p, layer, None,
+                                                 pieces, local, rows, *after)
+        applied = [self._submit(_apply, p, self.id, p, bwd[0][p],
+                                *(bwd[layer][p] for layer in range(1, n_layers)))
+                   for p in range(k)]
+        with self.client.as_current():
+            wait(applied)
+        seconds = time.perf_counter() - start
+        counts = self.client.gather([f for level in fwd + bwd for f in level])
+        n_fwd = n_layers * k
+        loss = float(self.client.gather(top)[0])
+        remote = sum(home[p] != home[0] for p in range(k))
+        others = len({home[p] for p in range(k)} - {home[0]})
+        return ModelParallelStep(
+            loss=loss, seconds=seconds,
+            bytes_forward=int(sum(c[0] for c in counts[:n_fwd])),
+            bytes_backward=int(sum(c[0] for c in counts[n_fwd:])),
+            bytes_forward_local=int(sum(c[1] for c in counts[:n_fwd])),
+            bytes_backward_local=int(sum(c[1] for c in counts[n_fwd:])),
+            predicted_bytes=self.predicted_bytes(rows),
+            bytes_readout=(remote + others) * rows * self._shapes.n_classes * 4,
+            bytes_inputs=int(sum(a.nbytes for a in inputs)))
+
+    def model(self) -> SparseModel:
+        """The model assembled from every part's slices (the original CSR order)."""
+        held = self.client.gather([self._submit(_fetch, p, self.id, p) for p in range(self.k)])
+        out = self._shapes.copy()
+        for layers, readout, c in held:
+            for w, b, (w_pos, data, own, bias) in zip(out.weights, out.biases, layers,
+                                                       strict=True):
+                w.data[w_pos] = data
+                b[own] = bias
+            out.readout[layers[-1][2]] = readout
+            if c is not None:
+                out.readout_bias[:] = c
+        return out
+
+    def close(self) -> None:
+        """Drop the parts' state from the workers."""
+        self.client.gather([self.client.submit(_drop, self.id, workers=[w],
+                                               allow_other_workers=False, pure=False)
+                            for w in sorted(set(self.home))])
+
+    def __enter__(self) -> ModelParallelTrainer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
