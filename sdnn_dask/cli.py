@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import config, io, outputs, records, report, study
-from ._files import write_text_atomic
+from ._files import atomic_path, write_text_atomic
 from .network import Network
 from .reference import check_categories
 from .registry import NEURON_PARTITIONS, ORDERS, ROW_PARTITIONS, STRATEGIES, TRANSPORTS
@@ -503,6 +503,51 @@ COMPARE_COLUMNS = ["strategy", "partition", "transport", "workers", "blocks", "p
                    "predicted_volume", "check"]
 
 
+def _positive_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected positive integers like 64,512, got "
+                                         f"{text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers like 64,512, got "
+                                         f"{text!r}")
+    return values
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from .training.compare import compare_training, summarise
+
+    progress = Progress(args.quiet)
+    partitions = [] if args.model == "none" else [m.strip() for m in args.model.split(",")]
+    for method in partitions:
+        if method not in NEURON_PARTITIONS:
+            raise UsageError(f"--model: unknown partition {method!r}; choose from "
+                             f"{', '.join(NEURON_PARTITIONS)} or none")
+    if not args.no_write:
+        _check_writable_folder(args.results, "--results")
+    network = load_network(args, progress)
+    progress.say(f"training {network.name}: {network.edges:,} weights, batches "
+                 f"{args.batches}, {args.steps} steps each")
+    with _cluster_client(args, progress) as client:
+        steps = compare_training(client, network, batches=args.batches, steps=args.steps,
+                                 partitions=partitions, k=args.parts, seed=args.seed,
+                                 lr=args.lr, momentum=args.momentum, progress=progress.say)
+    print()
+    print(report.to_text(summarise(steps)))
+    if not args.no_write:
+        path = args.results / "training.csv"
+        with atomic_path(path) as tmp:
+            steps.to_csv(tmp, index=False)
+        print(f"\nwrote {path}")
+    failed = steps[steps["check"] != "PASS"]
+    if len(failed):
+        print(f"{len(failed)} step(s) FAILED their check against the serial step",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     progress = Progress(args.quiet)
     specs = _compare_specs(args, progress)
@@ -822,6 +867,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-write", action="store_true", help="print only; write no records")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress messages")
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("train", help="training steps: serial, data and model parallel, "
+                                     "checked against the serial step")
+    g = p.add_argument_group("network (generated unless --data is given)")
+    _add_network_arguments(g, with_inputs=False)
+    p.add_argument("--batches", type=_positive_list, default=[64, 512],
+                   help="batch sizes, comma-separated (64,512)")
+    p.add_argument("--steps", type=POSITIVE, default=3,
+                   help="timed steps per batch size, after an untimed one (3)")
+    p.add_argument("--model", default="block",
+                   help="neuron partitions of the model-parallel runs, comma-separated "
+                        f"({','.join(NEURON_PARTITIONS)}; none: no model-parallel runs) "
+                        "(block)")
+    p.add_argument("-k", "--parts", type=POSITIVE, default=None,
+                   help="neuron parts (default: one per worker)")
+    p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (0.01)")
+    p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (0.9)")
+    _add_cluster_arguments(p)
+    p.add_argument("--results", type=Path, default=DEFAULT_RESULTS,
+                   help=f"folder for training.csv, one row per step ({DEFAULT_RESULTS}/)")
+    p.add_argument("--no-write", action="store_true", help="print only; write no records")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress messages")
+    p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("partition", help="partition every layer's neurons into k parts; "
                                          "print km1 (communication) and balance")
