@@ -873,7 +873,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("network (generated unless --data is given)")
     _add_network_arguments(g, with_inputs=False)
     p.add_argument("--batches", type=_positive_list, default=[64, 512],
-                   help="batch sizes, comma-separated (64,512)")
+                   help="batch sizes, comma-separated (default 64,512)")
     p.add_argument("--steps", type=POSITIVE, default=3,
                    help="timed steps per batch size, after an untimed one (3)")
     p.add_argument("--model", default="block",
