@@ -3,11 +3,9 @@
 Activations are dense transposed tiles, ``neurons x rows`` (C order), so a neuron's values
 for a run of rows are contiguous. Per layer:
 
-* forward: :func:`layer_forward_t` forms each output neuron as the sum of its ~32 scaled
-  input rows, walking ``W^T`` in CSR, as the inference kernel's
-  :func:`~sdnn_dask.kernels.dense_step` does, and with the same sums in the same order
-  (bit-identical outputs); only its epilogue (bias on the nonzeros of ``Z``, ReLU, clamp)
-  is branch-free, and it does not count survivors, which makes it about 2x faster;
+* forward: :func:`layer_forward_t` is the inference kernel's
+  :func:`~sdnn_dask.kernels.dense_step` (each output neuron the sum of its ~32 scaled
+  input rows, walking ``W^T`` in CSR; a branch-free epilogue), its survivor count unused;
 * backward: :func:`delta_t` masks ``dL/dY`` with ``[0 < Y < ymax]`` (derivative 0 at
   exactly 0 and exactly ymax; 0 where ``Z == 0`` since ``Y = 0`` there) and sums the bias
   gradient; :func:`layer_backward_t` then walks ``W`` in CSR (row ``i``: the outputs
@@ -34,7 +32,7 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from ..kernels import _ROW_TILE
+from ..kernels import _ROW_TILE, dense_step
 from .losses import softmax_cross_entropy
 from .model import Gradients, SparseModel
 
@@ -53,44 +51,6 @@ __all__ = [
 #: The backward kernels may reassociate their dot products (so they vectorise) and
 #: contract to FMA; no assumption about NaN or infinity is made.
 _FAST = {"reassoc", "contract", "nsz"}
-
-
-@numba.njit(nogil=True, cache=True)
-def _forward_step(yt, wtp, wti, wtx, bias, ymax, zt, row_tile, order):  # pragma: no cover
-    """``zt = act(W^T @ yt)``; the sums of dense_step, in its order, without its counts."""
-    rows = yt.shape[1]
-    n_out = zt.shape[0]
-    zero = np.float32(0.0)
-    for r0 in range(0, rows, row_tile):
-        r1 = min(rows, r0 + row_tile)
-        m = r1 - r0
-        for jj in range(n_out):
-            j = order[jj]
-            dst = zt[j, r0:r1]
-            for r in range(m):
-                dst[r] = 0.0
-            q, q_end = wtp[j], wtp[j + 1]
-            while q + 4 <= q_end:  # four inputs per pass over dst, as dense_step
-                w0, w1, w2, w3 = wtx[q], wtx[q + 1], wtx[q + 2], wtx[q + 3]
-                s0 = yt[wti[q], r0:r1]
-                s1 = yt[wti[q + 1], r0:r1]
-                s2 = yt[wti[q + 2], r0:r1]
-                s3 = yt[wti[q + 3], r0:r1]
-                for r in range(m):
-                    dst[r] = (((dst[r] + w0 * s0[r]) + w1 * s1[r]) + w2 * s2[r]) + w3 * s3[r]
-                q += 4
-            while q < q_end:
-                w = wtx[q]
-                src = yt[wti[q], r0:r1]
-                for r in range(m):
-                    dst[r] += w * src[r]
-                q += 1
-            b = bias[j]
-            # Selects, not branches, so this vectorises: half the layer's time otherwise.
-            for r in range(m):
-                z = dst[r]
-                y = min(max(z + b, zero), ymax)
-                dst[r] = y if z != 0.0 else zero
 
 
 def layer_forward_t(yt: np.ndarray, wt: sp.csr_matrix, bias: np.ndarray, ymax: float,
@@ -115,8 +75,9 @@ def layer_forward_t(yt: np.ndarray, wt: sp.csr_matrix, bias: np.ndarray, ymax: f
     """
     if order is None:
         order = _identity(wt.shape[0])
-    _forward_step(yt, wt.indptr, wt.indices, wt.data, bias, np.float32(ymax), out, _ROW_TILE,
-                  order)
+    # the inference kernel's step: the same sums in the same order, its survivor count unused
+    dense_step(yt, wt.indptr, wt.indices, wt.data, bias, np.float32(ymax), out, _ROW_TILE,
+               order)
 
 
 @numba.njit(nogil=True, cache=True, fastmath=_FAST)

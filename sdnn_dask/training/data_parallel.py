@@ -21,7 +21,6 @@ broadcast of the sum). The rows themselves are sent too, and are counted apart
 
 from __future__ import annotations
 
-import math
 import time
 import uuid
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ from distributed import Client, wait
 from .compiled import Workspace
 from .loop import BACKENDS, gradients
 from .model import Gradients, SparseModel
-from .optim import SGD
+from .optim import SGD, check_settings
 
 __all__ = ["DataParallelTrainer", "StepResult"]
 
@@ -141,6 +140,7 @@ class DataParallelTrainer:
                  workers: list[str] | None = None, backend: str = "compiled"):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        check_settings(lr, momentum, weight_decay)  # here, not in a worker's traceback
         self.client, self.backend = client, backend
         self.workers = sorted(workers or client.scheduler_info()["workers"])
         if not self.workers:
@@ -215,10 +215,6 @@ class DataParallelTrainer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def reduction_levels(self) -> int:
-        """Levels of the gradient sum's tree."""
-        return math.ceil(math.log2(self.n_workers)) if self.n_workers > 1 else 0
 
 
 def _nbytes(block: Any) -> int:

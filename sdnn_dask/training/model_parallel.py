@@ -59,7 +59,7 @@ from .compiled import (
 )
 from .losses import as_labels, softmax_cross_entropy
 from .model import SparseModel
-from .optim import _update
+from .optim import _update, check_settings
 
 __all__ = ["ModelParallelStep", "ModelParallelTrainer"]
 
@@ -366,12 +366,7 @@ class ModelParallelTrainer:
         if model.dtype != np.float32:
             raise TypeError(f"model parallelism runs the compiled float32 kernels; the model "
                             f"is {model.dtype}")
-        if not lr > 0:
-            raise ValueError(f"lr must be positive, got {lr}")
-        if not 0 <= momentum < 1:
-            raise ValueError(f"momentum must be in [0, 1), got {momentum}")
-        if weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+        check_settings(lr, momentum, weight_decay)
         network = _network_of(model)
         if isinstance(partition, str):
             if k is None:

@@ -22,6 +22,17 @@ def _update(p, g, v, lr, momentum, decay, use_velocity):  # pragma: no cover
 __all__ = ["SGD"]
 
 
+def check_settings(lr: float, momentum: float, weight_decay: float) -> None:
+    """Raise ``ValueError`` unless ``lr > 0``, ``0 <= momentum < 1`` and
+    ``weight_decay >= 0`` (what :class:`SGD` and the parallel trainers accept)."""
+    if not lr > 0:
+        raise ValueError(f"lr must be positive, got {lr}")
+    if not 0 <= momentum < 1:
+        raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+    if weight_decay < 0:
+        raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+
+
 class SGD:
     """Plain SGD, optionally with momentum and weight decay (PyTorch's update rule).
 
@@ -63,12 +74,7 @@ class SGD:
 
     def __init__(self, model: SparseModel, lr: float, momentum: float = 0.0,
                  weight_decay: float = 0.0):
-        if not lr > 0:
-            raise ValueError(f"lr must be positive, got {lr}")
-        if not 0 <= momentum < 1:
-            raise ValueError(f"momentum must be in [0, 1), got {momentum}")
-        if weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+        check_settings(lr, momentum, weight_decay)
         self.model = model
         self.lr = float(lr)
         self.momentum = float(momentum)
