@@ -41,88 +41,29 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 from distributed import Client, wait
 
-from ..network import Network
 from ..partition import NeuronPartition, make_neuron_partition
-from .compiled import (
-    _pattern_order,
-    delta_t,
-    layer_backward_t,
-    layer_forward_t,
-    sampled_gradient_t,
-)
+from .compiled import delta_t, layer_backward_t, layer_forward_t, sampled_gradient_t
 from .losses import as_labels, softmax_cross_entropy
 from .model import SparseModel
-from .optim import _update, check_settings
+from .optim import check_settings
+from .parts import (
+    PARTS,
+    apply_update,
+    drop_parts,
+    fetch_part,
+    pattern_network,
+    place_part,
+    slice_model,
+)
 
 __all__ = ["ModelParallelStep", "ModelParallelTrainer"]
-
-
-@dataclass(eq=False)
-class _Slice:
-    """One part's share of one layer, and what it keeps of the current step."""
-
-    own: np.ndarray          # level l neurons computed here (global ids, sorted)
-    needed: np.ndarray       # level l-1 neurons read (global ids, sorted)
-    w: sp.csr_matrix         # W_l[needed, own], float32, values updated in place
-    w_pos: np.ndarray        # position in W_l.data of each entry of w.data
-    wt: sp.csr_matrix        # its transpose; values refreshed from w before each forward
-    to_t: np.ndarray         # wt.data = w.data[to_t]
-    order_fwd: np.ndarray
-    order_bwd: np.ndarray
-    bias: np.ndarray         # b_l[own]
-    # source part -> positions within ``needed`` of the columns that part owns (l >= 2)
-    fetch: dict[int, np.ndarray] = field(default_factory=dict)
-    # destination part -> positions within ``own`` of the columns it reads in layer l + 1
-    send: dict[int, np.ndarray] = field(default_factory=dict)
-    velocity_w: np.ndarray | None = None
-    velocity_b: np.ndarray | None = None
-    # this step's: the gathered input tile, the output tile, gradients, partial errors
-    inputs: np.ndarray | None = None
-    outputs: np.ndarray | None = None
-    grad_w: np.ndarray | None = None
-    grad_b: np.ndarray | None = None
-    partial: np.ndarray | None = None
-
-
-@dataclass(eq=False)
-class _Part:
-    """Everything one part keeps on its worker between tasks."""
-
-    part: int
-    layers: list[_Slice]
-    readout: np.ndarray                 # R[own_L]
-    readout_bias: np.ndarray | None     # c, on part 0 only
-    ymax: float
-    lr: float
-    momentum: float
-    weight_decay: float
-    velocity_r: np.ndarray | None = None
-    velocity_c: np.ndarray | None = None
-    grad_r: np.ndarray | None = None
-    grad_c: np.ndarray | None = None
-
-
-#: Each worker's parts, by (trainer id, part).
-_STATE: dict[tuple[str, int], _Part] = {}
-
-
-def _place(trainer: str, state: _Part) -> int:
-    _STATE[(trainer, state.part)] = state
-    return state.part
-
-
-def _drop(trainer: str) -> int:
-    keys = [key for key in _STATE if key[0] == trainer]
-    for key in keys:
-        del _STATE[key]
-    return len(keys)
 
 
 def _forward(trainer: str, p: int, layer: int, x: np.ndarray | None,
@@ -135,7 +76,7 @@ def _forward(trainer: str, p: int, layer: int, x: np.ndarray | None,
     (``p`` included) whose columns are read from memory. ``after`` only orders the task.
     Returns (bytes received from other workers, bytes read from other parts here).
     """
-    state = _STATE[(trainer, p)]
+    state = PARTS[(trainer, p)]
     sl = state.layers[layer - 1]
     moved = read = 0
     if layer == 1:
@@ -146,7 +87,7 @@ def _forward(trainer: str, p: int, layer: int, x: np.ndarray | None,
             tile[sl.fetch[q]] = piece
             moved += piece.nbytes
         for q in local:
-            src = _STATE[(trainer, q)].layers[layer - 2]
+            src = PARTS[(trainer, q)].layers[layer - 2]
             tile[sl.fetch[q]] = src.outputs[src.send[p]]
             if q != p:
                 read += len(sl.fetch[q]) * rows * 4
@@ -160,19 +101,19 @@ def _forward(trainer: str, p: int, layer: int, x: np.ndarray | None,
 def _cut_forward(trainer: str, q: int, level: int, p: int, *after: Any) -> np.ndarray:
     """The columns of part ``q``'s level ``level`` that part ``p`` reads (a copy: only it
     moves)."""
-    sl = _STATE[(trainer, q)].layers[level - 1]
+    sl = PARTS[(trainer, q)].layers[level - 1]
     return np.ascontiguousarray(sl.outputs[sl.send[p]])
 
 
 def _readout(trainer: str, p: int, *after: Any) -> np.ndarray:
-    state = _STATE[(trainer, p)]
+    state = PARTS[(trainer, p)]
     return state.layers[-1].outputs.T @ state.readout
 
 
 def _loss(trainer: str, partials: list[np.ndarray], labels: np.ndarray
           ) -> tuple[float, np.ndarray]:
     """On part 0: the logits (partials summed, ``c`` added), the loss and ``dlogits``."""
-    state = _STATE[(trainer, 0)]
+    state = PARTS[(trainer, 0)]
     logits = partials[0].copy()
     for partial in partials[1:]:
         logits += partial
@@ -189,7 +130,7 @@ def _backward(trainer: str, p: int, layer: int, top: tuple[float, np.ndarray] | 
     layer L) or as the sum of the partial errors of the parts that read its columns
     (``pieces`` from other workers, ``local`` parts' read from memory), then the slice's
     gradients and, below layer 1, its partial errors of ``Y_{l-1}[:, needed_p]``."""
-    state = _STATE[(trainer, p)]
+    state = PARTS[(trainer, p)]
     sl = state.layers[layer - 1]
     moved = read = 0
     if top is not None:
@@ -201,7 +142,7 @@ def _backward(trainer: str, p: int, layer: int, top: tuple[float, np.ndarray] | 
         # in part order, wherever the pieces come from: the sum does not depend on placement
         sources = {q: piece for q, piece in pieces.items()}
         for q in local:
-            src = _STATE[(trainer, q)].layers[layer]
+            src = PARTS[(trainer, q)].layers[layer]
             sources[q] = src.partial[src.fetch[p]]
             if q != p:
                 read += sources[q].nbytes
@@ -216,41 +157,16 @@ def _backward(trainer: str, p: int, layer: int, top: tuple[float, np.ndarray] | 
     return moved, read
 
 
-def _cut_backward(trainer: str, q: int, layer: int, p: int, *after: Any) -> np.ndarray:
-    """Part ``q``'s partial errors of layer ``layer``'s inputs that part ``p`` owns."""
-    sl = _STATE[(trainer, q)].layers[layer - 1]
-    return np.ascontiguousarray(sl.partial[sl.fetch[p]])
-
-
-def _step_param(p: np.ndarray, g: np.ndarray, v: np.ndarray | None, state: _Part,
-                decays: bool) -> None:
-    dtype = p.dtype.type
-    flat = p.reshape(-1)
-    _update(flat, np.ascontiguousarray(g, dtype=p.dtype).reshape(-1),
-            v.reshape(-1) if v is not None else flat[:0], dtype(state.lr),
-            dtype(state.momentum), dtype(state.weight_decay if decays else 0.0),
-            v is not None)
-
-
 def _apply(trainer: str, p: int, *after: Any) -> int:
-    """SGD on part ``p``'s slices (as :class:`~.optim.SGD`: decay on W and R only)."""
-    state = _STATE[(trainer, p)]
-    for sl in state.layers:
-        _step_param(sl.w.data, sl.grad_w, sl.velocity_w, state, True)
-        _step_param(sl.bias, sl.grad_b, sl.velocity_b, state, False)
-    _step_param(state.readout, state.grad_r, state.velocity_r, state, True)
-    if state.readout_bias is not None:
-        _step_param(state.readout_bias, state.grad_c, state.velocity_c, state, False)
+    """SGD on part ``p``'s slices (``after`` only orders the task)."""
+    apply_update(PARTS[(trainer, p)])
     return p
 
 
-def _fetch(trainer: str, p: int) -> tuple[list[tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                     np.ndarray]], np.ndarray,
-                                          np.ndarray | None]:
-    state = _STATE[(trainer, p)]
-    return ([(sl.w_pos, sl.w.data.copy(), sl.own, sl.bias.copy()) for sl in state.layers],
-            state.readout.copy(),
-            None if state.readout_bias is None else state.readout_bias.copy())
+def _cut_backward(trainer: str, q: int, layer: int, p: int, *after: Any) -> np.ndarray:
+    """Part ``q``'s partial errors of layer ``layer``'s inputs that part ``p`` owns."""
+    sl = PARTS[(trainer, q)].layers[layer - 1]
+    return np.ascontiguousarray(sl.partial[sl.fetch[p]])
 
 
 @dataclass(frozen=True)
@@ -286,45 +202,6 @@ class ModelParallelStep:
     predicted_bytes: int
     bytes_readout: int
     bytes_inputs: int
-
-
-def _positions(w: sp.csr_matrix) -> sp.csr_matrix:
-    """``w``'s pattern with values ``1..nnz`` (float64: exact; never 0, which slicing could
-    drop as a stored zero): after any slicing, ``data - 1`` says where an entry came from."""
-    return sp.csr_matrix((np.arange(1, w.nnz + 1, dtype=np.float64), w.indices, w.indptr),
-                         shape=w.shape)
-
-
-def _slice_layer(w: sp.csr_matrix, bias: np.ndarray, own: np.ndarray,
-                 momentum: float) -> _Slice:
-    """Part of a layer: the rows of ``w`` with a stored entry in the columns ``own``."""
-    pos = _positions(w)
-    cols = pos[:, own].tocsr()  # all rows, the owned columns
-    needed = np.flatnonzero(np.diff(cols.indptr)).astype(np.int64)
-    sub = cols[needed].tocsr()
-    sub.sort_indices()
-    w_pos = sub.data.astype(np.int64) - 1
-    ws = sp.csr_matrix((w.data[w_pos].astype(np.float32), sub.indices.astype(np.int32),
-                        sub.indptr.astype(np.int64)), shape=sub.shape)
-    ws.has_sorted_indices = True
-    local = sp.csr_matrix((np.arange(1, ws.nnz + 1, dtype=np.float64), ws.indices,
-                           ws.indptr), shape=ws.shape).T.tocsr()
-    local.sort_indices()
-    to_t = local.data.astype(np.int64) - 1
-    wt = sp.csr_matrix((ws.data[to_t], local.indices.astype(np.int32),
-                        local.indptr.astype(np.int64)), shape=local.shape)
-    return _Slice(own=own, needed=needed, w=ws, w_pos=w_pos, wt=wt, to_t=to_t,
-                  order_fwd=_pattern_order(wt), order_bwd=_pattern_order(ws),
-                  bias=np.ascontiguousarray(bias[own], dtype=np.float32),
-                  velocity_w=np.zeros(ws.nnz, np.float32) if momentum else None,
-                  velocity_b=np.zeros(len(own), np.float32) if momentum else None)
-
-
-def _network_of(model: SparseModel) -> Network:
-    """The model's pattern as a Network (for the partitioners; values are irrelevant)."""
-    return Network([sp.csr_matrix((np.ones(w.nnz, np.float32), w.indices, w.indptr),
-                                  shape=w.shape) for w in model.weights],
-                   bias=0.0, ymax=model.ymax, name="training-pattern")
 
 
 class ModelParallelTrainer:
@@ -367,7 +244,7 @@ class ModelParallelTrainer:
             raise TypeError(f"model parallelism runs the compiled float32 kernels; the model "
                             f"is {model.dtype}")
         check_settings(lr, momentum, weight_decay)
-        network = _network_of(model)
+        network = pattern_network(model)
         if isinstance(partition, str):
             if k is None:
                 raise ValueError("a partition given by name needs k")
@@ -383,7 +260,7 @@ class ModelParallelTrainer:
         self.home = [self.workers[p * len(self.workers) // self.k] for p in range(self.k)]
         self.id = f"sdnn-mptrain-{uuid.uuid4().hex}"
         self._shapes = model.copy()  # pattern and dtype of the assembled model
-        states = self._slice(model, lr, momentum, weight_decay)
+        states = slice_model(partition, model, lr, momentum, weight_decay)
         # per layer, part p's needed columns (needed for the inputs and the byte figures)
         self._needed = [[sl.needed for sl in (s.layers[layer] for s in states)]
                         for layer in range(model.n_layers)]
@@ -398,42 +275,9 @@ class ModelParallelTrainer:
         placed = []
         for s in states:
             held = client.scatter(s, workers=[self.home[s.part]], hash=False)
-            placed.append(client.submit(_place, self.id, held, workers=[self.home[s.part]],
+            placed.append(client.submit(place_part, self.id, held, workers=[self.home[s.part]],
                                         allow_other_workers=False, pure=False))
         client.gather(placed)
-
-    def _slice(self, model: SparseModel, lr: float, momentum: float,
-               weight_decay: float) -> list[_Part]:
-        parts = self.partition.parts
-        k, n_layers = self.k, model.n_layers
-        position = np.empty(parts.shape, np.int64)  # of each neuron within its owner's own
-        for level in range(parts.shape[0]):
-            for p in range(k):
-                ids = np.flatnonzero(parts[level] == p)
-                position[level, ids] = np.arange(len(ids))
-        layers = [[_slice_layer(w, b, np.flatnonzero(parts[layer + 1] == p), momentum)
-                   for p in range(k)] for layer, (w, b) in enumerate(zip(model.weights,
-                                                                        model.biases,
-                                                                        strict=True))]
-        for layer in range(1, n_layers):
-            owner = parts[layer]  # of the level-`layer` neurons, the inputs of layer + 1
-            for p, sl in enumerate(layers[layer]):
-                source = owner[sl.needed]
-                for q in np.unique(source):
-                    fetch = np.flatnonzero(source == q)
-                    sl.fetch[int(q)] = fetch
-                    layers[layer - 1][int(q)].send[p] = position[layer, sl.needed[fetch]]
-        out = []
-        for p in range(k):
-            own_last = layers[-1][p].own
-            readout = np.ascontiguousarray(model.readout[own_last])
-            c = model.readout_bias.copy() if p == 0 else None
-            out.append(_Part(p, [layers[layer][p] for layer in range(n_layers)], readout, c,
-                             model.ymax, float(lr), float(momentum), float(weight_decay),
-                             velocity_r=np.zeros_like(readout) if momentum else None,
-                             velocity_c=(np.zeros_like(c) if momentum and c is not None
-                                         else None)))
-        return out
 
     def predicted_bytes(self, rows: int) -> int:
         """Bytes one direction moves for a batch of ``rows``, across and within workers:
@@ -521,7 +365,7 @@ class ModelParallelTrainer:
 
     def model(self) -> SparseModel:
         """The model assembled from every part's slices (the original CSR order)."""
-        held = self.client.gather([self._submit(_fetch, p, self.id, p) for p in range(self.k)])
+        held = self.client.gather([self._submit(fetch_part, p, self.id, p) for p in range(self.k)])
         out = self._shapes.copy()
         for layers, readout, c in held:
             for w, b, (w_pos, data, own, bias) in zip(out.weights, out.biases, layers,
@@ -535,7 +379,7 @@ class ModelParallelTrainer:
 
     def close(self) -> None:
         """Drop the parts' state from the workers."""
-        self.client.gather([self.client.submit(_drop, self.id, workers=[w],
+        self.client.gather([self.client.submit(drop_parts, self.id, workers=[w],
                                                allow_other_workers=False, pure=False)
                             for w in sorted(set(self.home))])
 

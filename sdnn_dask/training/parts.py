@@ -1,0 +1,193 @@
+"""One part's share of a model sliced by a neuron partition, kept on its worker.
+
+Both transports of model-parallel (and hybrid) training keep the same state: per layer
+``l``, part ``p``'s :class:`_Slice` holds ``W_l[needed_p, own_p]`` (``own_p``: the level
+``l`` neurons it owns; ``needed_p``: the level ``l-1`` neurons with a stored weight into
+them), ``b_l[own_p]`` and, for ``l >= 2``, which positions it fetches from each source
+part and sends to each reader part; its :class:`_Part` adds the readout rows
+``R[own_p(L)]``, the readout bias ``c`` on part 0, and the SGD settings and momentum.
+
+A worker keeps its parts in :data:`PARTS`, keyed by (trainer key, part); a hybrid's row
+group ``g`` uses the trainer key ``f"{trainer}/g{g}"``, so each group's parts are its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..network import Network
+from ..partition import NeuronPartition
+from .compiled import _pattern_order
+from .model import SparseModel
+from .optim import _update
+
+
+@dataclass(eq=False)
+class _Slice:
+    """One part's share of one layer, and what it keeps of the current step."""
+
+    own: np.ndarray          # level l neurons computed here (global ids, sorted)
+    needed: np.ndarray       # level l-1 neurons read (global ids, sorted)
+    w: sp.csr_matrix         # W_l[needed, own], float32, values updated in place
+    w_pos: np.ndarray        # position in W_l.data of each entry of w.data
+    wt: sp.csr_matrix        # its transpose; values refreshed from w before each forward
+    to_t: np.ndarray         # wt.data = w.data[to_t]
+    order_fwd: np.ndarray
+    order_bwd: np.ndarray
+    bias: np.ndarray         # b_l[own]
+    # source part -> positions within ``needed`` of the columns that part owns (l >= 2)
+    fetch: dict[int, np.ndarray] = field(default_factory=dict)
+    # destination part -> positions within ``own`` of the columns it reads in layer l + 1
+    send: dict[int, np.ndarray] = field(default_factory=dict)
+    velocity_w: np.ndarray | None = None
+    velocity_b: np.ndarray | None = None
+    # this step's: the gathered input tile, the output tile, gradients, partial errors
+    inputs: np.ndarray | None = None
+    outputs: np.ndarray | None = None
+    grad_w: np.ndarray | None = None
+    grad_b: np.ndarray | None = None
+    partial: np.ndarray | None = None
+
+
+@dataclass(eq=False)
+class _Part:
+    """Everything one part keeps on its worker between tasks."""
+
+    part: int
+    layers: list[_Slice]
+    readout: np.ndarray                 # R[own_L]
+    readout_bias: np.ndarray | None     # c, on part 0 only
+    ymax: float
+    lr: float
+    momentum: float
+    weight_decay: float
+    velocity_r: np.ndarray | None = None
+    velocity_c: np.ndarray | None = None
+    grad_r: np.ndarray | None = None
+    grad_c: np.ndarray | None = None
+
+
+#: Each worker's parts, by (trainer key, part).
+PARTS: dict[tuple[str, int], _Part] = {}
+
+
+def place_part(trainer: str, state: _Part) -> int:
+    PARTS[(trainer, state.part)] = state
+    return state.part
+
+
+def drop_parts(trainer: str) -> int:
+    """Drop a trainer's parts here (every row group's)."""
+    keys = [key for key in PARTS if key[0] == trainer or key[0].startswith(trainer + "/")]
+    for key in keys:
+        del PARTS[key]
+    return len(keys)
+
+
+def _step_param(p: np.ndarray, g: np.ndarray, v: np.ndarray | None, state: _Part,
+                decays: bool) -> None:
+    dtype = p.dtype.type
+    flat = p.reshape(-1)
+    _update(flat, np.ascontiguousarray(g, dtype=p.dtype).reshape(-1),
+            v.reshape(-1) if v is not None else flat[:0], dtype(state.lr),
+            dtype(state.momentum), dtype(state.weight_decay if decays else 0.0),
+            v is not None)
+
+
+def apply_update(state: _Part) -> None:
+    """SGD on a part's slices with its gradients (as :class:`~.optim.SGD`: decay on W and
+    R only)."""
+    for sl in state.layers:
+        _step_param(sl.w.data, sl.grad_w, sl.velocity_w, state, True)
+        _step_param(sl.bias, sl.grad_b, sl.velocity_b, state, False)
+    _step_param(state.readout, state.grad_r, state.velocity_r, state, True)
+    if state.readout_bias is not None:
+        _step_param(state.readout_bias, state.grad_c, state.velocity_c, state, False)
+
+
+
+def fetch_part(trainer: str, p: int) -> tuple[list[tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                     np.ndarray]], np.ndarray,
+                                          np.ndarray | None]:
+    state = PARTS[(trainer, p)]
+    return ([(sl.w_pos, sl.w.data.copy(), sl.own, sl.bias.copy()) for sl in state.layers],
+            state.readout.copy(),
+            None if state.readout_bias is None else state.readout_bias.copy())
+
+
+def _positions(w: sp.csr_matrix) -> sp.csr_matrix:
+    """``w``'s pattern with values ``1..nnz`` (float64: exact; never 0, which slicing could
+    drop as a stored zero): after any slicing, ``data - 1`` says where an entry came from."""
+    return sp.csr_matrix((np.arange(1, w.nnz + 1, dtype=np.float64), w.indices, w.indptr),
+                         shape=w.shape)
+
+
+def _slice_layer(w: sp.csr_matrix, bias: np.ndarray, own: np.ndarray,
+                 momentum: float) -> _Slice:
+    """Part of a layer: the rows of ``w`` with a stored entry in the columns ``own``."""
+    pos = _positions(w)
+    cols = pos[:, own].tocsr()  # all rows, the owned columns
+    needed = np.flatnonzero(np.diff(cols.indptr)).astype(np.int64)
+    sub = cols[needed].tocsr()
+    sub.sort_indices()
+    w_pos = sub.data.astype(np.int64) - 1
+    ws = sp.csr_matrix((w.data[w_pos].astype(np.float32), sub.indices.astype(np.int32),
+                        sub.indptr.astype(np.int64)), shape=sub.shape)
+    ws.has_sorted_indices = True
+    local = sp.csr_matrix((np.arange(1, ws.nnz + 1, dtype=np.float64), ws.indices,
+                           ws.indptr), shape=ws.shape).T.tocsr()
+    local.sort_indices()
+    to_t = local.data.astype(np.int64) - 1
+    wt = sp.csr_matrix((ws.data[to_t], local.indices.astype(np.int32),
+                        local.indptr.astype(np.int64)), shape=local.shape)
+    return _Slice(own=own, needed=needed, w=ws, w_pos=w_pos, wt=wt, to_t=to_t,
+                  order_fwd=_pattern_order(wt), order_bwd=_pattern_order(ws),
+                  bias=np.ascontiguousarray(bias[own], dtype=np.float32),
+                  velocity_w=np.zeros(ws.nnz, np.float32) if momentum else None,
+                  velocity_b=np.zeros(len(own), np.float32) if momentum else None)
+
+
+def pattern_network(model: SparseModel) -> Network:
+    """The model's pattern as a Network (for the partitioners; values are irrelevant)."""
+    return Network([sp.csr_matrix((np.ones(w.nnz, np.float32), w.indices, w.indptr),
+                                  shape=w.shape) for w in model.weights],
+                   bias=0.0, ymax=model.ymax, name="training-pattern")
+
+
+
+def slice_model(partition: NeuronPartition, model: SparseModel, lr: float, momentum: float,
+                weight_decay: float) -> list[_Part]:
+    """Every part's slices of ``model`` under ``partition`` (see the module docstring)."""
+    parts = partition.parts
+    k, n_layers = partition.k, model.n_layers
+    position = np.empty(parts.shape, np.int64)  # of each neuron within its owner's own
+    for level in range(parts.shape[0]):
+        for p in range(k):
+            ids = np.flatnonzero(parts[level] == p)
+            position[level, ids] = np.arange(len(ids))
+    layers = [[_slice_layer(w, b, np.flatnonzero(parts[layer + 1] == p), momentum)
+               for p in range(k)] for layer, (w, b) in enumerate(zip(model.weights,
+                                                                    model.biases,
+                                                                    strict=True))]
+    for layer in range(1, n_layers):
+        owner = parts[layer]  # of the level-`layer` neurons, the inputs of layer + 1
+        for p, sl in enumerate(layers[layer]):
+            source = owner[sl.needed]
+            for q in np.unique(source):
+                fetch = np.flatnonzero(source == q)
+                sl.fetch[int(q)] = fetch
+                layers[layer - 1][int(q)].send[p] = position[layer, sl.needed[fetch]]
+    out = []
+    for p in range(k):
+        own_last = layers[-1][p].own
+        readout = np.ascontiguousarray(model.readout[own_last])
+        c = model.readout_bias.copy() if p == 0 else None
+        out.append(_Part(p, [layers[layer][p] for layer in range(n_layers)], readout, c,
+                         model.ymax, float(lr), float(momentum), float(weight_decay),
+                         velocity_r=np.zeros_like(readout) if momentum else None,
+                         velocity_c=(np.zeros_like(c) if momentum and c is not None
+                                     else None)))
+    return out
