@@ -10,7 +10,8 @@ from sdnn_dask.network import Network
 from sdnn_dask.partition import make_neuron_partition
 from sdnn_dask.radixnet import make_network
 from sdnn_dask.training import SGD, compiled, init_model, train_step
-from sdnn_dask.training.model_parallel import ModelParallelTrainer
+from sdnn_dask.training.data_parallel import gradient_bytes
+from sdnn_dask.training.model_parallel import TRANSPORTS, ModelParallelTrainer
 
 STEPS = 4
 METHODS = ["block", "hash", "random", "hypergraph"]
@@ -60,9 +61,10 @@ def _independent_volume(model, parts: np.ndarray) -> list[int]:
     return out
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("k", [2, 3])
-def test_model_parallel_steps_follow_the_serial_steps(client, method, k):
+def test_model_parallel_steps_follow_the_serial_steps(client, method, k, transport):
     """4 steps with momentum and weight decay: the assembled model equals the serial run's
     (the readout and the partial errors summed in another order); the same losses; the
     pattern unchanged; bytes as the partition predicts, the same both ways."""
@@ -75,7 +77,7 @@ def test_model_parallel_steps_follow_the_serial_steps(client, method, k):
     volume = _independent_volume(model, partition.parts)
     assert volume == partition.volume(_network(model))["volume"].tolist()[1:]
     with ModelParallelTrainer(client, model, partition, lr=0.05, momentum=0.9,
-                              weight_decay=1e-3) as trainer:
+                              weight_decay=1e-3, transport=transport) as trainer:
         assert trainer.volume()[1:] == volume
         for _ in range(STEPS):
             x, labels = _batch(rng, n, rows, classes)
@@ -99,7 +101,8 @@ def test_model_parallel_steps_follow_the_serial_steps(client, method, k):
     assert not np.array_equal(trained.weights[0].data, model.weights[0].data)
 
 
-def test_a_radixnet_network_learns_the_same(client):
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_radixnet_network_learns_the_same(client, transport):
     """The generated 1024-neuron RadiX-Net pattern, 4 layers, sparse inputs, 3 steps, hash
     and block partitions; the cross-worker bytes are what its km1 says."""
     rng = np.random.default_rng(2)
@@ -110,7 +113,8 @@ def test_a_radixnet_network_learns_the_same(client):
         optimizer = SGD(serial, 0.01, momentum=0.9)
         partition = make_neuron_partition(network, 2, method)
         km1 = partition.volume(network)["km1"].tolist()[1:]
-        with ModelParallelTrainer(client, model, partition, lr=0.01, momentum=0.9) as trainer:
+        with ModelParallelTrainer(client, model, partition, lr=0.01, momentum=0.9,
+                                  transport=transport) as trainer:
             for _ in range(3):
                 x = sp.random(96, 1024, density=0.1, format="csr", dtype=np.float32, rng=rng)
                 labels = rng.integers(0, 10, 96)
@@ -151,12 +155,87 @@ def test_partial_errors_are_summed(client):
     assert np.max(np.abs(alone - grads.weights[0])) > 1e-3 * np.max(np.abs(grads.weights[0]))
     serial = model.copy()
     optimizer = SGD(serial, lr)
-    with ModelParallelTrainer(client, model, partition, lr=lr) as trainer:
+    with ModelParallelTrainer(client, model, partition, lr=lr, transport="direct") as trainer:
         assert trainer.volume()[1] == n  # each input of layer 2 goes to the other part
         trainer.step(x, labels)
         train_step(serial, x, labels, optimizer)
         got = (model.weights[0].data - trainer.model().weights[0].data) / lr
     np.testing.assert_allclose(got, grads.weights[0], rtol=1e-4, atol=1e-6)
+
+
+def test_the_transports_take_the_same_steps(client):
+    """The direct transport sums the same pieces in the same order as the graph one: the
+    same losses and weights, bit for bit, and the same bytes."""
+    rng = np.random.default_rng(11)
+    model = init_model(_pattern(rng, 64, 4), 5, seed=4)
+    partition = _partition(model, 2, "random")
+    with ModelParallelTrainer(client, model, partition, lr=0.05, momentum=0.9,
+                              transport="graph") as graph, \
+         ModelParallelTrainer(client, model, partition, lr=0.05, momentum=0.9,
+                              transport="direct") as direct:
+        for _ in range(3):
+            x, labels = _batch(rng, 64, 33, 5)
+            a, b = graph.step(x, labels), direct.step(x, labels)
+            assert a.loss == b.loss and b.transport == "direct"
+            assert (a.bytes_forward, a.bytes_backward, a.bytes_readout, a.bytes_inputs) == (
+                b.bytes_forward, b.bytes_backward, b.bytes_readout, b.bytes_inputs)
+        for pa, pb in zip(graph.model().parameters(), direct.model().parameters(),
+                          strict=True):
+            np.testing.assert_array_equal(pa, pb)
+
+
+@pytest.mark.parametrize("groups, k, method", [(2, 2, "block"), (2, 3, "hash"),
+                                               (3, 2, "random"), (2, 1, "block")])
+def test_hybrid_steps_follow_the_serial_steps(client, groups, k, method):
+    """R row groups x C parts: every group's copy of the parts ends with the same weights
+    (bit for bit: each gradient chunk is summed once), equal to the serial run's; each
+    part's gradient crosses groups ``2 (R - 1) / R`` times its size per copy."""
+    rng = np.random.default_rng(3)
+    n, classes, rows = 64, 5, 41
+    model = init_model(_pattern(rng, n, 3), classes, seed=5)
+    partition = _partition(model, k, method)
+    serial = model.copy()
+    optimizer = SGD(serial, 0.05, momentum=0.9, weight_decay=1e-3)
+    with ModelParallelTrainer(client, model, partition, lr=0.05, momentum=0.9,
+                              weight_decay=1e-3, row_groups=groups) as trainer:
+        for _ in range(STEPS):
+            x, labels = _batch(rng, n, rows, classes)
+            expected = train_step(serial, x, labels, optimizer)
+            step = trainer.step(x, labels)
+            assert step.loss == pytest.approx(expected, rel=1e-5)
+            assert step.row_groups == groups
+            assert step.bytes_forward == step.bytes_backward
+            assert step.bytes_forward + step.bytes_forward_local == step.predicted_bytes
+            # every part's gradient: 2 (R - 1) copies' worth in all (the readout bias
+            # once, on part 0), wherever the slots sit
+            assert step.bytes_gradient + step.bytes_gradient_local == (
+                2 * (groups - 1) * gradient_bytes(model))
+        trained = trainer.model()
+        for g in range(1, groups):
+            for a, b in zip(trained.parameters(), trainer.model(g).parameters(),
+                            strict=True):
+                np.testing.assert_array_equal(a, b)
+    _close(trained, serial)
+
+
+def test_hybrid_on_four_workers_moves_gradients_and_activations():
+    """2 x 2 on four workers: each part's two copies sit on different workers, so the
+    gradients cross workers, and so do the activations within each group."""
+    from sdnn_dask.cluster import local_client
+
+    rng = np.random.default_rng(8)
+    model = init_model(_pattern(rng, 48, 2), 3, seed=1)
+    serial = model.copy()
+    optimizer = SGD(serial, 0.05)
+    with local_client(4) as client, ModelParallelTrainer(
+            client, model, _partition(model, 2, "block"), lr=0.05, row_groups=2) as trainer:
+        x, labels = _batch(rng, 48, 20, 3)
+        step = trainer.step(x, labels)
+        assert step.loss == pytest.approx(train_step(serial, x, labels, optimizer), rel=1e-5)
+        assert step.bytes_gradient == 2 * gradient_bytes(model)
+        assert step.bytes_gradient_local == 0 and step.bytes_forward_local == 0
+        assert step.bytes_forward == step.predicted_bytes > 0
+        _close(trainer.model(1), serial)
 
 
 def test_bad_arguments(client):
@@ -165,6 +244,16 @@ def test_bad_arguments(client):
         ModelParallelTrainer(client, model, "block", lr=0.1)
     with pytest.raises(TypeError, match="float32"):
         ModelParallelTrainer(client, model.astype(np.float64), "block", k=2, lr=0.1)
+    with pytest.raises(ValueError, match="direct transport only"):
+        ModelParallelTrainer(client, model, "block", k=2, lr=0.1, row_groups=2,
+                             transport="graph")
+    with pytest.raises(ValueError, match="row_groups must be a positive integer"):
+        ModelParallelTrainer(client, model, "block", k=2, lr=0.1, row_groups=0)
+    with pytest.raises(ValueError, match="transport must be one of"):
+        ModelParallelTrainer(client, model, "block", k=2, lr=0.1, transport="mpi")
+    with ModelParallelTrainer(client, model, "block", k=2, lr=0.1, row_groups=3) as trainer:
+        with pytest.raises(ValueError, match="at least one row per row group"):
+            trainer.step(np.zeros((2, 16), np.float32), np.zeros(2, int))
     with ModelParallelTrainer(client, model, "hash", k=2, lr=0.1) as trainer:
         with pytest.raises(ValueError, match="rows x 16"):
             trainer.step(np.zeros((3, 15), np.float32), np.zeros(3, int))

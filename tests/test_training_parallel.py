@@ -8,7 +8,7 @@ import scipy.sparse as sp
 
 from sdnn_dask.radixnet import make_network
 from sdnn_dask.training import SGD, init_model, train_step
-from sdnn_dask.training.data_parallel import DataParallelTrainer, gradient_bytes
+from sdnn_dask.training.data_parallel import TRANSPORTS, DataParallelTrainer, gradient_bytes
 
 STEPS = 4
 
@@ -29,11 +29,13 @@ def _close(a, b, rtol=2e-5, atol=2e-6):
         np.testing.assert_allclose(pa, pb, rtol=rtol, atol=atol)
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("backend", ["compiled", "reference"])
-def test_data_parallel_steps_follow_the_serial_steps(client, backend):
+def test_data_parallel_steps_follow_the_serial_steps(client, backend, transport):
     """k steps with momentum and weight decay: the same weights as the serial run (the
     batch's gradient summed in another order), the same losses, identical copies on
-    every worker, the pattern unchanged."""
+    every worker, the pattern unchanged; on both transports (a tree of tasks, or the
+    all-reduce worker to worker: 2 (P - 1) gradients either way)."""
     rng = np.random.default_rng(7)
     n, classes = 64, 5
     dtype = np.float32 if backend == "compiled" else np.float64
@@ -41,7 +43,7 @@ def test_data_parallel_steps_follow_the_serial_steps(client, backend):
     serial = model.copy()
     optimizer = SGD(serial, 0.05, momentum=0.9, weight_decay=1e-3)
     with DataParallelTrainer(client, model, lr=0.05, momentum=0.9, weight_decay=1e-3,
-                             backend=backend) as trainer:
+                             backend=backend, transport=transport) as trainer:
         for x, labels in _batches(rng, n, 37, classes):
             expected = train_step(serial, x, labels, optimizer, backend)
             step = trainer.step(x, labels)
@@ -57,29 +59,35 @@ def test_data_parallel_steps_follow_the_serial_steps(client, backend):
                                                            model.weights[0].data)
 
 
-def test_a_batch_smaller_than_the_cluster(client):
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_batch_smaller_than_the_cluster(client, transport):
     """One row: one worker computes, every worker still updates."""
     rng = np.random.default_rng(1)
     model = init_model(_pattern(rng, 32, 2), 3, seed=0)
     serial = model.copy()
     optimizer = SGD(serial, 0.1)
     x, labels = rng.random((1, 32), dtype=np.float32), np.array([2])
-    with DataParallelTrainer(client, model, lr=0.1) as trainer:
+    with DataParallelTrainer(client, model, lr=0.1, transport=transport) as trainer:
         step = trainer.step(x, labels)
         assert step.loss == pytest.approx(train_step(serial, x, labels, optimizer), rel=1e-6)
-        assert step.bytes_moved == gradient_bytes(model)  # no reduction, one broadcast
+        if transport == "graph":  # no reduction, one broadcast
+            assert step.bytes_moved == gradient_bytes(model)
+        else:  # the idle worker's zeros are all-reduced like any gradient
+            assert step.bytes_moved == 2 * (trainer.n_workers - 1) * gradient_bytes(model)
         _close(trainer.model(1), serial)
         with pytest.raises(ValueError, match="one label a row"):
             trainer.step(x, np.array([1, 2]))
 
 
-def test_a_radixnet_network_learns_the_same(client):
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_radixnet_network_learns_the_same(client, transport):
     """The generated 1024-neuron RadiX-Net pattern, sparse inputs, 3 steps."""
     rng = np.random.default_rng(2)
     model = init_model(make_network(1024, 4), 10, seed=1)
     serial = model.copy()
     optimizer = SGD(serial, 0.01, momentum=0.9)
-    with DataParallelTrainer(client, model, lr=0.01, momentum=0.9) as trainer:
+    with DataParallelTrainer(client, model, lr=0.01, momentum=0.9,
+                             transport=transport) as trainer:
         for _ in range(3):
             x = sp.random(96, 1024, density=0.1, format="csr", dtype=np.float32, rng=rng)
             labels = rng.integers(0, 10, 96)
@@ -92,3 +100,21 @@ def test_bad_backend(client):
     model = init_model(_pattern(np.random.default_rng(0), 16, 1), 2)
     with pytest.raises(ValueError, match="backend must be one of"):
         DataParallelTrainer(client, model, lr=0.1, backend="fast")
+    with pytest.raises(ValueError, match="transport must be one of"):
+        DataParallelTrainer(client, model, lr=0.1, transport="mpi")
+
+
+def test_both_transports_take_the_same_steps(client):
+    """On two workers the all-reduce adds the two halves in the tree's order: the same
+    bits as the graph transport, step after step."""
+    rng = np.random.default_rng(4)
+    model = init_model(_pattern(rng, 48, 3), 4, seed=2)
+    with DataParallelTrainer(client, model, lr=0.05, momentum=0.9,
+                             transport="graph") as graph, \
+         DataParallelTrainer(client, model, lr=0.05, momentum=0.9,
+                             transport="direct") as direct:
+        assert graph.n_workers == direct.n_workers == 2
+        for x, labels in _batches(rng, 48, 29, 4):
+            assert graph.step(x, labels).loss == direct.step(x, labels).loss
+        for a, b in zip(graph.model().parameters(), direct.model().parameters(), strict=True):
+            np.testing.assert_array_equal(a, b)

@@ -30,12 +30,17 @@ import numpy as np
 import scipy.sparse as sp
 from distributed import Client, wait
 
+from ..parallel.direct import connect_peers, ensure_exchange, gather_direct
 from .compiled import Workspace
+from .direct import chunks, run_slot
 from .loop import BACKENDS, gradients
 from .model import Gradients, SparseModel
 from .optim import SGD, check_settings
 
-__all__ = ["DataParallelTrainer", "StepResult"]
+__all__ = ["TRANSPORTS", "DataParallelTrainer", "StepResult"]
+
+#: The transports of :class:`DataParallelTrainer`; the first is the default.
+TRANSPORTS = ("direct", "graph")
 
 #: Each worker's trainers, by id: its model copy, optimiser and workspace.
 _STATE: dict[str, tuple[SparseModel, SGD, Workspace]] = {}
@@ -110,6 +115,8 @@ class StepResult:
     seconds: float
     bytes_moved: int
     bytes_rows: int
+    transport: str = "graph"
+    wait_seconds: float = 0.0
 
 
 class DataParallelTrainer:
@@ -127,6 +134,10 @@ class DataParallelTrainer:
         Addresses of the workers to use (default: every worker of the cluster).
     backend
         ``"compiled"`` (default) or ``"reference"``.
+    transport
+        ``"direct"`` (default: one task per worker and step; the gradient is all-reduced
+        worker to worker, :func:`.direct.allreduce`) or ``"graph"`` (the tree of tasks
+        described above, the gradients moved by Dask).
 
     Examples
     --------
@@ -137,11 +148,15 @@ class DataParallelTrainer:
 
     def __init__(self, client: Client, model: SparseModel, *, lr: float,
                  momentum: float = 0.0, weight_decay: float = 0.0,
-                 workers: list[str] | None = None, backend: str = "compiled"):
+                 workers: list[str] | None = None, backend: str = "compiled",
+                 transport: str = "direct"):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got "
+                             f"{transport!r}")
         check_settings(lr, momentum, weight_decay)  # here, not in a worker's traceback
-        self.client, self.backend = client, backend
+        self.client, self.backend, self.transport = client, backend, transport
         self.workers = sorted(workers or client.scheduler_info()["workers"])
         if not self.workers:
             raise ValueError("the cluster has no workers")
@@ -153,6 +168,10 @@ class DataParallelTrainer:
                   for w in self.workers]
         client.gather(placed)
         client.cancel(shared)  # each worker has made its own copy
+        self._steps = 0
+        if transport == "direct":
+            ensure_exchange(client)
+            connect_peers(client, self.workers)
 
     @property
     def n_workers(self) -> int:
@@ -165,6 +184,8 @@ class DataParallelTrainer:
             raise ValueError(f"a batch needs rows and one label a row; got {rows} rows and "
                              f"{len(labels)} labels")
         labels = np.asarray(labels)
+        if self.transport == "direct":
+            return self._step_direct(x, labels, rows)
         used = self.workers[: min(self.n_workers, rows)]
         bounds = np.linspace(0, rows, len(used) + 1).round().astype(int)
         start = time.perf_counter()
@@ -197,6 +218,31 @@ class DataParallelTrainer:
         losses = self.client.gather(applied)
         seconds = time.perf_counter() - start
         return StepResult(float(losses[0]), seconds, moved, sent)
+
+    def _step_direct(self, x: Any, labels: np.ndarray, rows: int) -> StepResult:
+        """Every worker's block in one task each, the gradient all-reduced between them."""
+        workers = self.workers
+        token = f"{self.id}-step{self._steps}"
+        self._steps += 1
+        bounds = chunks(rows, len(workers))
+        route = [[w] for w in workers]
+        start = time.perf_counter()
+        futures, sent = [], 0
+        for g, w in enumerate(workers):
+            lo, hi = int(bounds[g]), int(bounds[g + 1])
+            block, block_labels = x[lo:hi], labels[lo:hi]
+            sent += _nbytes(block) + block_labels.nbytes
+            futures.append(self.client.submit(
+                run_slot, self.id, token, g, 0, len(workers), 1, route, 1, block,
+                block_labels, (hi - lo) / rows, whole=True, backend=self.backend,
+                key=f"{token}-g{g}", workers=[w], allow_other_workers=False, pure=False))
+        done = gather_direct(self.client, futures, set(workers), token=token,
+                             strategy="data")
+        seconds = time.perf_counter() - start
+        return StepResult(float(sum(d["loss"] for d in done)), seconds,
+                          int(sum(d["moved"]["gradient"] for d in done)), sent,
+                          transport="direct",
+                          wait_seconds=float(max(d["wait_s"] for d in done)))
 
     def model(self, worker: int = 0) -> SparseModel:
         """A copy of the model as worker ``worker`` holds it now."""

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,8 +49,10 @@ import numpy as np
 import scipy.sparse as sp
 from distributed import Client, wait
 
+from ..parallel.direct import connect_peers, ensure_exchange, gather_direct
 from ..partition import NeuronPartition, make_neuron_partition
 from .compiled import delta_t, layer_backward_t, layer_forward_t, sampled_gradient_t
+from .direct import chunks, run_slot
 from .losses import as_labels, softmax_cross_entropy
 from .model import SparseModel
 from .optim import check_settings
@@ -202,6 +205,15 @@ class ModelParallelStep:
     predicted_bytes: int
     bytes_readout: int
     bytes_inputs: int
+    bytes_gradient: int = 0
+    bytes_gradient_local: int = 0
+    row_groups: int = 1
+    transport: str = "graph"
+    wait_seconds: float = 0.0
+
+
+#: The transports of :class:`ModelParallelTrainer`; the first is the default.
+TRANSPORTS = ("direct", "graph")
 
 
 class ModelParallelTrainer:
@@ -221,9 +233,17 @@ class ModelParallelTrainer:
         Parts, when ``partition`` is a name.
     lr, momentum, weight_decay
         The SGD settings (:class:`~sdnn_dask.training.optim.SGD`).
+    row_groups
+        ``R`` of the hybrid: each step's rows are split into ``R`` contiguous groups, each
+        run by its own copy of the ``k`` parts; each part's gradient is summed across the
+        groups before the update (1: plain model parallelism). Direct transport only.
+    transport
+        ``"direct"`` (default: one task per part and step, the pieces sent worker to
+        worker, :mod:`.direct`) or ``"graph"`` (one task per part and layer, the pieces
+        moved by Dask's scheduler).
     workers
-        Addresses of the workers to use (default: every worker). Part ``p`` runs on
-        ``workers[p * len(workers) // k]``: consecutive parts share a worker.
+        Addresses of the workers to use (default: every worker). Part ``c`` of row group
+        ``g`` runs on ``workers[(g * k + c) % len(workers)]``, as in hybrid inference.
     seed
         For the ``"random"`` and ``"hypergraph"`` partitions made here.
 
@@ -238,8 +258,15 @@ class ModelParallelTrainer:
 
     def __init__(self, client: Client, model: SparseModel,
                  partition: NeuronPartition | str, *, k: int | None = None, lr: float,
-                 momentum: float = 0.0, weight_decay: float = 0.0,
-                 workers: list[str] | None = None, seed: int = 0):
+                 momentum: float = 0.0, weight_decay: float = 0.0, row_groups: int = 1,
+                 transport: str = "direct", workers: list[str] | None = None, seed: int = 0):
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got "
+                             f"{transport!r}")
+        if int(row_groups) != row_groups or row_groups < 1:
+            raise ValueError(f"row_groups must be a positive integer, got {row_groups!r}")
+        if row_groups > 1 and transport != "direct":
+            raise ValueError("the hybrid (row_groups > 1) runs on the direct transport only")
         if model.dtype != np.float32:
             raise TypeError(f"model parallelism runs the compiled float32 kernels; the model "
                             f"is {model.dtype}")
@@ -257,8 +284,13 @@ class ModelParallelTrainer:
         self.workers = sorted(workers or client.scheduler_info()["workers"])
         if not self.workers:
             raise ValueError("the cluster has no workers")
-        self.home = [self.workers[p * len(self.workers) // self.k] for p in range(self.k)]
+        self.row_groups, self.transport = int(row_groups), transport
+        n = len(self.workers)
+        self.route = [[self.workers[(g * self.k + c) % n] for c in range(self.k)]
+                      for g in range(self.row_groups)]
+        self.home = self.route[0]
         self.id = f"sdnn-mptrain-{uuid.uuid4().hex}"
+        self._steps = 0
         self._shapes = model.copy()  # pattern and dtype of the assembled model
         states = slice_model(partition, model, lr, momentum, weight_decay)
         # per layer, part p's needed columns (needed for the inputs and the byte figures)
@@ -271,13 +303,23 @@ class ModelParallelTrainer:
         self._volume = [sum(len(ix) for q, s in enumerate(states)
                             for p, ix in s.layers[layer].fetch.items() if p != q)
                         for layer in range(model.n_layers)]
-        # scattered straight to each part's worker, not embedded in the graph (tens of MB)
+        # scattered straight to each slot's worker, not embedded in the graph (tens of MB);
+        # every row group gets its own copy of the parts (updated identically)
         placed = []
-        for s in states:
-            held = client.scatter(s, workers=[self.home[s.part]], hash=False)
-            placed.append(client.submit(place_part, self.id, held, workers=[self.home[s.part]],
-                                        allow_other_workers=False, pure=False))
+        for g, row in enumerate(self.route):
+            for s in states:
+                held = client.scatter(s, workers=[row[s.part]], hash=False)
+                placed.append(client.submit(place_part, self._key(g), held,
+                                            workers=[row[s.part]], allow_other_workers=False,
+                                            pure=False))
         client.gather(placed)
+        if transport == "direct":
+            ensure_exchange(client)
+            connect_peers(client, sorted(set(w for row in self.route for w in row)))
+
+    def _key(self, group: int) -> str:
+        """The state key of row group ``group``'s parts on their workers."""
+        return f"{self.id}/g{group}"
 
     def predicted_bytes(self, rows: int) -> int:
         """Bytes one direction moves for a batch of ``rows``, across and within workers:
@@ -299,12 +341,59 @@ class ModelParallelTrainer:
         if shape is None or len(shape) != 2 or shape[1] != self._shapes.n_inputs:
             raise ValueError(f"inputs must be rows x {self._shapes.n_inputs}, got {shape}")
         rows = int(shape[0])
-        if rows < 1:
-            raise ValueError("a batch needs at least one row")
+        if rows < self.row_groups:
+            raise ValueError(f"a batch needs at least one row per row group: {rows} rows, "
+                             f"{self.row_groups} row groups")
         labels = as_labels(labels, rows, self._shapes.n_classes)
-        n_layers, k, home = self._shapes.n_layers, self.k, self.home
         start = time.perf_counter()
         dense = x.toarray() if sp.issparse(x) else np.asarray(x)
+        if self.transport == "graph":
+            return self._step_graph(dense, labels, rows, start)
+        return self._step_direct(dense, labels, rows, start)
+
+    def _step_direct(self, dense: np.ndarray, labels: np.ndarray, rows: int, start: float
+                     ) -> ModelParallelStep:
+        """A step on the direct transport: one task per slot (:func:`.direct.run_slot`)."""
+        groups, k, route = self.row_groups, self.k, self.route
+        token = f"{self.id}-step{self._steps}"
+        self._steps += 1
+        bounds = chunks(rows, groups)
+        hosted = Counter(w for row in route for w in row)
+        futures, sent = [], 0
+        for g in range(groups):
+            lo, hi = int(bounds[g]), int(bounds[g + 1])
+            block = dense[lo:hi]
+            for c in range(k):
+                x_t = np.ascontiguousarray(block[:, self._needed[0][c]].T, dtype=np.float32)
+                sent += x_t.nbytes
+                futures.append(self.client.submit(
+                    run_slot, self._key(g), token, g, c, groups, k, route, hosted[route[g][c]],
+                    x_t, labels[lo:hi], (hi - lo) / rows, key=f"{token}-g{g}-p{c}",
+                    workers=[route[g][c]], allow_other_workers=False, pure=False))
+        done = gather_direct(self.client, futures, set(hosted), token=token,
+                             strategy="model" if groups == 1 else "hybrid")
+        seconds = time.perf_counter() - start
+        loss = float(sum(d["loss"] for d in done if d["loss"] is not None))
+
+        def total(which: str, counter: str) -> int:
+            return int(sum(d[which][counter] for d in done))
+
+        return ModelParallelStep(
+            loss=loss, seconds=seconds,
+            bytes_forward=total("moved", "forward"), bytes_backward=total("moved", "backward"),
+            bytes_forward_local=total("local", "forward"),
+            bytes_backward_local=total("local", "backward"),
+            predicted_bytes=self.predicted_bytes(rows),
+            bytes_readout=total("moved", "readout"), bytes_inputs=sent,
+            bytes_gradient=total("moved", "gradient"),
+            bytes_gradient_local=total("local", "gradient"), row_groups=groups,
+            transport="direct", wait_seconds=float(max(d["wait_s"] for d in done)))
+
+    def _step_graph(self, dense: np.ndarray, labels: np.ndarray, rows: int, start: float
+                    ) -> ModelParallelStep:
+        """A step on the task graph: a task per part and layer, cut tasks between."""
+        n_layers, k, home = self._shapes.n_layers, self.k, self.home
+        key = self._key(0)
         inputs = [np.ascontiguousarray(dense[:, needed].T, dtype=np.float32)
                   for needed in self._needed[0]]
         fwd: list[list[Any]] = []
@@ -312,37 +401,37 @@ class ModelParallelTrainer:
             level = []
             for p in range(k):
                 if layer == 1:
-                    level.append(self._submit(_forward, p, self.id, p, 1, inputs[p], {}, (),
+                    level.append(self._submit(_forward, p, key, p, 1, inputs[p], {}, (),
                                               rows))
                     continue
                 sources = self._sources[layer - 1][p]
                 local = tuple(q for q in sources if home[q] == home[p])
-                pieces = {q: self._submit(_cut_forward, q, self.id, q, layer - 1, p,
+                pieces = {q: self._submit(_cut_forward, q, key, q, layer - 1, p,
                                           fwd[-1][q])
                           for q in sources if home[q] != home[p]}
                 after = [fwd[-1][q] for q in local] + [fwd[-1][p]]
-                level.append(self._submit(_forward, p, self.id, p, layer, None, pieces,
+                level.append(self._submit(_forward, p, key, p, layer, None, pieces,
                                           local, rows, *after))
             fwd.append(level)
-        partials = [self._submit(_readout, p, self.id, p, fwd[-1][p]) for p in range(k)]
-        top = self._submit(_loss, 0, self.id, partials, labels)
+        partials = [self._submit(_readout, p, key, p, fwd[-1][p]) for p in range(k)]
+        top = self._submit(_loss, 0, key, partials, labels)
         bwd: list[list[Any]] = [[None] * k for _ in range(n_layers)]
         for layer in range(n_layers, 0, -1):
             for p in range(k):
                 if layer == n_layers:
-                    bwd[layer - 1][p] = self._submit(_backward, p, self.id, p, layer, top, {},
+                    bwd[layer - 1][p] = self._submit(_backward, p, key, p, layer, top, {},
                                                      (), rows)
                     continue
                 above = bwd[layer]
                 readers = self._readers[layer - 1][p]  # parts that read p's level-l columns
                 local = tuple(q for q in readers if home[q] == home[p])
-                pieces = {q: self._submit(_cut_backward, q, self.id, q, layer + 1, p,
+                pieces = {q: self._submit(_cut_backward, q, key, q, layer + 1, p,
                                           above[q])
                           for q in readers if home[q] != home[p]}
                 after = [above[q] for q in local] + [above[p], top]
-                bwd[layer - 1][p] = self._submit(_backward, p, self.id, p, layer, None,
+                bwd[layer - 1][p] = self._submit(_backward, p, key, p, layer, None,
                                                  pieces, local, rows, *after)
-        applied = [self._submit(_apply, p, self.id, p, bwd[0][p],
+        applied = [self._submit(_apply, p, key, p, bwd[0][p],
                                 *(bwd[layer][p] for layer in range(1, n_layers)))
                    for p in range(k)]
         with self.client.as_current():
@@ -363,9 +452,11 @@ class ModelParallelTrainer:
             bytes_readout=(remote + others) * rows * self._shapes.n_classes * 4,
             bytes_inputs=int(sum(a.nbytes for a in inputs)))
 
-    def model(self) -> SparseModel:
-        """The model assembled from every part's slices (the original CSR order)."""
-        held = self.client.gather([self._submit(fetch_part, p, self.id, p) for p in range(self.k)])
+    def model(self, group: int = 0) -> SparseModel:
+        """The model assembled from row group ``group``'s parts (the original CSR order)."""
+        held = self.client.gather([
+            self.client.submit(fetch_part, self._key(group), p, workers=[self.route[group][p]],
+                               allow_other_workers=False, pure=False) for p in range(self.k)])
         out = self._shapes.copy()
         for layers, readout, c in held:
             for w, b, (w_pos, data, own, bias) in zip(out.weights, out.biases, layers,
@@ -381,7 +472,7 @@ class ModelParallelTrainer:
         """Drop the parts' state from the workers."""
         self.client.gather([self.client.submit(drop_parts, self.id, workers=[w],
                                                allow_other_workers=False, pure=False)
-                            for w in sorted(set(self.home))])
+                            for w in sorted({w for row in self.route for w in row})])
 
     def __enter__(self) -> ModelParallelTrainer:
         return self

@@ -1,0 +1,346 @@
+"""The direct transport of parallel training: one long-running task per slot and step.
+
+A step of model-parallel, hybrid or data-parallel training is ``R x C`` slots: row group
+``g`` (of ``R``) of the batch, run by the ``C`` parts of a neuron partition (``C = 1``:
+the whole model). Slot ``(g, c)`` is one task on its worker that secedes from the
+worker's thread pool and does the whole step itself, exchanging what it must with the
+other slots worker to worker through the inference's
+:class:`~sdnn_dask.parallel.exchange.PieceExchange` (no scheduler in the loop):
+
+1. forward, layer by layer: it cuts for every part of its group that reads its level
+   ``l-1`` columns in layer ``l`` exactly those columns, sends them, waits for the
+   pieces it reads and runs its slice of the layer (:func:`~.compiled.layer_forward_t`,
+   the serial kernel's sums in the serial order);
+2. readout: its partial logits go to part 0 of the group, which adds them up in part
+   order, takes the loss (scaled by the group's share of the batch's rows) and sends
+   ``dlogits`` back;
+3. backward, from layer ``L`` down: it adds up the partial errors its readers sent (in
+   part order), masks them (its bias gradient) and sends the partial errors of the inputs
+   it read back to their owners, the transposed pattern of the forward;
+4. with ``R > 1``, its parameters' gradient is summed across the ``R`` slots of the same
+   part (:func:`allreduce`: reduce-scatter then all-gather, each of ``R`` chunks summed
+   once, in group order, on one slot and sent to the others, so every copy gets the same
+   bits);
+5. it applies SGD to its own slices.
+
+A data-parallel slot (``whole``: the worker's copy of the whole model) runs the serial
+kernels (:func:`~.loop.gradients`) instead of steps 1-3; that is data parallelism with
+the gradient reduced over the exchange.
+
+A slot on the same worker as its peer gets the piece as an array in memory; a slot
+elsewhere gets it serialised (pickle protocol 5, arrays out of band) over the worker's
+own comm. Bytes are counted as the float32 arrays' ``nbytes``, cross-worker and
+same-worker apart, per phase.
+
+Messages are filed by (run token, key group, layer, destination part); the key group is
+``8 g + phase`` with the phases below, so one step's phases and groups never mix.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+from distributed import get_worker, secede
+from distributed.worker import thread_state
+
+from ..parallel.direct import PIECE_TIMEOUT, POLL_SECONDS
+from ..parallel.exchange import EXTENSION, PieceExchange, RunAborted, pack, unpack, wait_pieces
+from ..parallel.faults import WorkerLostError
+from .compiled import delta_t, layer_backward_t, layer_forward_t, sampled_gradient_t
+from .losses import softmax_cross_entropy
+from .model import Gradients
+from .parts import PARTS, apply_update
+
+#: Phases of a step (the low 3 bits of a message's key group).
+FORWARD, LOGITS, DLOGITS, BACKWARD, REDUCE, GATHER = range(6)
+
+#: The byte counters a slot returns: per phase, cross-worker and same-worker.
+BYTE_KEYS = ("forward", "backward", "readout", "gradient")
+
+
+class _Slot:
+    """What one slot's task needs of the exchange: where its peers are, and the sends."""
+
+    def __init__(self, exchange: PieceExchange, run: Any, token: str, group: int, part: int,
+                 route: list[list[str]], alive: Any, timeout: float, poll: float):
+        self.exchange, self.run, self.token = exchange, run, token
+        self.group, self.part, self.route = group, part, route
+        self.here = exchange.worker.address
+        self.alive, self.timeout, self.poll = alive, timeout, poll
+        self.moved = dict.fromkeys(BYTE_KEYS, 0)
+        self.local = dict.fromkeys(BYTE_KEYS, 0)
+        self.wait_s = 0.0
+        self.sent: list[Any] = []
+
+    def send(self, phase: int, counter: str, group: int, layer: int, part: int,
+             source: int, array: np.ndarray) -> None:
+        """File ``array`` in slot ``(group, part)``'s box for ``phase`` and ``layer``."""
+        where = self.route[group][part]
+        key_group = 8 * group + phase
+        if where == self.here:  # same process: the array itself (never changed after)
+            self.run.put(key_group, layer, [part], source, array)
+            if (group, part) != (self.group, self.part):
+                self.local[counter] += array.nbytes
+            return
+        payload, _ = pack(array)
+        msg = {"op": "piece", "token": self.token, "group": key_group, "layer": layer,
+               "source": source, "parts": [part], "payload": payload, "sent": time.time(),
+               "reply": False}
+        self.sent.append(self.exchange.send(where, msg))
+        self.moved[counter] += array.nbytes
+
+    def receive(self, phase: int, layer: int, sources: list[int]) -> dict[int, np.ndarray]:
+        """Wait for this slot's pieces of ``phase`` and ``layer`` from ``sources``."""
+        t0 = time.perf_counter()
+        got = wait_pieces(self.run, (8 * self.group + phase, layer, self.part), sources,
+                          alive=self.alive, poll=self.poll, timeout=self.timeout)
+        self.wait_s += time.perf_counter() - t0
+        return {q: unpack(v) for q, v in got.items()}
+
+    def check_sends(self) -> None:
+        """Raise if a send already failed (its future holds a WorkerLostError)."""
+        for future in self.sent:
+            if future.done():
+                future.result()
+
+    def flush(self) -> None:
+        """Wait until every message this slot sent is written."""
+        for future in self.sent:
+            future.result(timeout=self.timeout)
+
+
+def chunks(n: int, groups: int) -> np.ndarray:
+    """Bounds of ``groups`` near-equal contiguous chunks of ``0..n``."""
+    return np.linspace(0, n, groups + 1).round().astype(np.int64)
+
+
+def allreduce(slot: _Slot, groups: int, vector: np.ndarray) -> np.ndarray:
+    """The sum over the ``groups`` row groups of this part's flat gradient ``vector``.
+
+    Reduce-scatter, then all-gather: slot ``(g, c)`` sums chunk ``g`` of every group's
+    vector, in group order, and sends the sum to the other groups' slots of part ``c``.
+    Each chunk is summed once, so every group ends with the same bits; each slot sends
+    and receives ``2 (R - 1) / R`` of a gradient (no slot receives more than that).
+    """
+    me, part = slot.group, slot.part
+    bounds = chunks(vector.size, groups)
+    others = [g for g in range(groups) if g != me]
+    for g in others:
+        slot.send(REDUCE, "gradient", g, 0, part, me, vector[bounds[g]:bounds[g + 1]])
+    got = slot.receive(REDUCE, 0, others)
+    got[me] = vector[bounds[me]:bounds[me + 1]]
+    total = got[0].copy()
+    for g in range(1, groups):
+        total += got[g]
+    for g in others:
+        slot.send(GATHER, "gradient", g, 0, part, me, total)
+    out = np.empty_like(vector)
+    out[bounds[me]:bounds[me + 1]] = total
+    for g, piece in slot.receive(GATHER, 0, others).items():
+        out[bounds[g]:bounds[g + 1]] = piece
+    return out
+
+
+def _part_forward_backward(slot: _Slot, state: Any, x_t: np.ndarray, labels: np.ndarray,
+                           share: float, parts: int) -> float | None:
+    """Steps 1-3 for a part's slices (``state``: a :class:`~.parts._Part`); its
+    gradients are left on ``state``. Returns the group's scaled loss on part 0."""
+    group, part, rows = slot.group, slot.part, x_t.shape[1]
+    layers = state.layers
+    n_layers = len(layers)
+    tile = x_t
+    for layer in range(1, n_layers + 1):
+        sl = layers[layer - 1]
+        if layer > 1:
+            got = slot.receive(FORWARD, layer, sorted(sl.fetch))
+            tile = np.empty((len(sl.needed), rows), np.float32)
+            for q, piece in got.items():
+                tile[sl.fetch[q]] = piece
+        sl.wt.data[:] = sl.w.data[sl.to_t]  # w changed in the last update
+        out = np.empty((len(sl.own), rows), np.float32)
+        layer_forward_t(tile, sl.wt, sl.bias, state.ymax, out, sl.order_fwd)
+        sl.inputs, sl.outputs = tile, out
+        if layer < n_layers:  # its readers in the next layer, self included
+            for p, ix in sl.send.items():
+                slot.send(FORWARD, "forward", group, layer + 1, p, part, out[ix])
+        slot.check_sends()
+    top = layers[-1]
+    partial = top.outputs.T @ state.readout
+    loss = None
+    if part == 0:
+        got = slot.receive(LOGITS, 0, list(range(1, parts))) if parts > 1 else {}
+        got[0] = partial
+        logits = got[0].copy()
+        for q in range(1, parts):
+            logits += got[q]
+        logits += state.readout_bias
+        value, dlogits = softmax_cross_entropy(logits, labels)
+        if share != 1.0:
+            dlogits *= np.float32(share)
+        loss = value * share
+        state.grad_c = dlogits.sum(axis=0)
+        for q in range(1, parts):
+            slot.send(DLOGITS, "readout", group, 0, q, 0, dlogits)
+    else:
+        slot.send(LOGITS, "readout", group, 0, 0, part, partial)
+        dlogits = slot.receive(DLOGITS, 0, [0])[0]
+    state.grad_r = top.outputs @ dlogits
+    for layer in range(n_layers, 0, -1):
+        sl = layers[layer - 1]
+        if layer == n_layers:
+            dyt = state.readout @ dlogits.T
+        else:
+            dyt = np.zeros((len(sl.own), rows), np.float32)
+            got = slot.receive(BACKWARD, layer, sorted(sl.send))
+            for q in sorted(got):  # in part order: the sum does not depend on placement
+                dyt[sl.send[q]] += got[q]
+        delta, sl.grad_b = delta_t(dyt, sl.outputs, state.ymax, out=dyt)
+        if layer > 1:
+            sl.partial, sl.grad_w, _ = layer_backward_t(delta, sl.inputs, sl.w, None,
+                                                        sl.order_bwd)
+            for q, ix in sl.fetch.items():  # back to the owners of the inputs it read
+                slot.send(BACKWARD, "backward", group, layer - 1, q, part, sl.partial[ix])
+        else:
+            sl.grad_w = sampled_gradient_t(sl.inputs, delta, sl.w, sl.order_bwd)
+        sl.inputs = sl.outputs = sl.partial = None  # this step's tiles are done with
+        slot.check_sends()
+    return loss
+
+
+def _part_gradients(state: Any) -> list[np.ndarray]:
+    """A part's gradients in a fixed order (the same on every group's copy)."""
+    out = [sl.grad_w for sl in state.layers] + [sl.grad_b for sl in state.layers]
+    out.append(state.grad_r)
+    if state.readout_bias is not None:
+        out.append(state.grad_c)
+    return out
+
+
+def _set_part_gradients(state: Any, arrays: list[np.ndarray]) -> None:
+    n = len(state.layers)
+    for i, sl in enumerate(state.layers):
+        sl.grad_w, sl.grad_b = arrays[i], arrays[n + i]
+    state.grad_r = arrays[2 * n]
+    if state.readout_bias is not None:
+        state.grad_c = arrays[2 * n + 1]
+
+
+def flatten(arrays: list[np.ndarray]) -> np.ndarray:
+    """``arrays`` end to end as one float vector (a copy)."""
+    return np.concatenate([np.asarray(a).reshape(-1) for a in arrays])
+
+
+def unflatten(vector: np.ndarray, like: list[np.ndarray]) -> list[np.ndarray]:
+    """Views of ``vector`` shaped as ``like`` (the inverse of :func:`flatten`)."""
+    out, at = [], 0
+    for a in like:
+        out.append(vector[at:at + a.size].reshape(a.shape))
+        at += a.size
+    return out
+
+
+def run_slot(key: str, token: str, group: int, part: int, groups: int, parts: int,
+             route: list[list[str]], expected: int, x: np.ndarray, labels: np.ndarray,
+             share: float, *, whole: bool = False, backend: str = "compiled",
+             poll: float = POLL_SECONDS,
+             timeout: float = PIECE_TIMEOUT) -> dict[str, Any]:
+    """One slot's whole training step (a task on its worker; see the module docstring).
+
+    Parameters
+    ----------
+    key
+        The trainer's state key on this worker: a part's (its :data:`~.parts.PARTS` key
+        is ``(key, part)``) or, with ``whole``, a data-parallel copy's
+        (:data:`~.data_parallel._STATE`).
+    token
+        The step's run token (a new one every step).
+    group, part, groups, parts
+        This slot and the shape of the step (``R`` groups of ``C`` parts).
+    route
+        ``route[g][c]``: the worker of slot ``(g, c)``.
+    expected
+        Slots of this step hosted on this worker.
+    x, labels
+        The group's input columns this part reads (``needed x rows``, float32) or, with
+        ``whole``, the group's rows; their class labels.
+    share
+        The group's rows over the batch's: its loss and gradient are scaled by it.
+    whole
+        The slot holds the whole model (data parallelism, ``parts == 1``): the serial
+        kernels compute its gradient.
+    backend
+        With ``whole``: ``"compiled"`` or ``"reference"`` (:func:`~.loop.gradients`).
+
+    Returns
+    -------
+    dict
+        ``loss`` (the group's scaled loss, on part 0; else None), ``moved`` and
+        ``local`` (bytes per :data:`BYTE_KEYS`), ``seconds`` and ``wait_s``.
+    """
+    worker = get_worker()
+    exchange: PieceExchange | None = worker.extensions.get(EXTENSION)
+    if exchange is None:
+        raise RuntimeError("this worker has no sdnn exchange plugin; the trainers "
+                           "register it")
+    task = thread_state.key
+    secede()  # slots sharing this worker must run at the same time
+    peers = sorted({w for row in route for w in row})
+    run = exchange.join(token, expected=expected, peers=peers, strategy="training")
+
+    def alive() -> None:
+        ts = worker.state.tasks.get(task)
+        if ts is None or ts.state in ("cancelled", "released", "forgotten"):
+            raise RunAborted(f"training step {token}: slot ({group}, {part}) was cancelled")
+
+    slot = _Slot(exchange, run, token, group, part, route, alive, timeout, poll)
+    start = time.perf_counter()
+    try:
+        if whole:
+            loss = _data_step(slot, key, groups, x, labels, share, backend)
+        else:
+            state = PARTS[(key, part)]
+            loss = _part_forward_backward(slot, state, x, labels, share, parts)
+            if groups > 1:
+                grads = _part_gradients(state)
+                _set_part_gradients(state, unflatten(allreduce(slot, groups, flatten(grads)),
+                                                     grads))
+            apply_update(state)
+        slot.flush()
+    except WorkerLostError as error:
+        error = WorkerLostError("training", error.lost, f" (slot ({group}, {part}) on "
+                                f"{slot.here} saw it)")
+        exchange.abort(token, error)
+        raise error from None
+    except BaseException as error:
+        exchange.abort(token, error)  # the other slots here stop too
+        raise
+    finally:
+        exchange.leave(token)
+    return {"loss": loss, "moved": slot.moved, "local": slot.local,
+            "seconds": time.perf_counter() - start, "wait_s": slot.wait_s}
+
+
+def _data_step(slot: _Slot, key: str, groups: int, x: Any, labels: np.ndarray,
+               share: float, backend: str) -> float:
+    """A whole-model slot: the serial kernels on its rows, the gradient all-reduced."""
+    from .data_parallel import _STATE
+    from .loop import gradients
+
+    model, optimizer, workspace = _STATE[key]
+    arrays = model.parameters()
+    if x.shape[0]:
+        loss, grads = gradients(model, x, labels, backend,
+                                workspace if backend == "compiled" else None)
+        vector = flatten(grads.arrays())
+        if share != 1.0:
+            vector *= vector.dtype.type(share)
+    else:  # a batch smaller than the cluster: this worker adds nothing, but updates
+        loss, vector = 0.0, np.zeros(sum(a.size for a in arrays), model.dtype)
+    if groups > 1:
+        vector = allreduce(slot, groups, vector)
+    w = model.n_layers
+    views = unflatten(vector, arrays)
+    optimizer.step(Gradients(views[:w], views[w:2 * w], views[2 * w], views[2 * w + 1]))
+    return loss * share
