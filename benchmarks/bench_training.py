@@ -3,14 +3,17 @@
 Generated RadiX-Net 1024-120 network (random values on its pattern, 10 classes),
 generated official-like inputs with random labels (this is about time and bytes per step,
 not learning), 2 workers. For each batch size, the median seconds per step of the serial
-reference (float64; once, it is slow), the serial compiled step, data-parallel steps on
-the workers and model-parallel steps at k = 2 (one part per worker) on each
-``--partitions`` method (interleaved with the compiled ones), the bytes each moves per
-step (data: gradients; model: activations forward plus partial errors backward, with the
-partition's prediction for one direction), and the ratios::
+reference (float64; once, it is slow), the serial compiled step, and, interleaved with
+the compiled steps: data-parallel steps on the workers, model-parallel steps at k = 2 (one
+part per worker) on each ``--partitions`` method, each on the direct transport and on the
+graph one (the baseline), and the hybrid of 2 row groups x 2 parts (4 slots on the 2
+workers: each part's two copies share a worker). Printed: the bytes each moves across
+workers per step (data: gradients; model: activations forward plus partial errors
+backward, with the partition's prediction for one direction; hybrid: both) and the
+ratios::
 
     python benchmarks/bench_training.py [--layers 120] [--batches 64 512] [--steps 5]
-        [--partitions block hypergraph]
+        [--partitions block hypergraph] [--no-graph]
 
 Every parallel step's loss is checked against the serial step's on the same batch (all
 models start equal and take the same steps; to 1e-3: float32 sums in another order make
@@ -36,12 +39,40 @@ from sdnn_dask.training.data_parallel import DataParallelTrainer
 from sdnn_dask.training.model_parallel import ModelParallelTrainer
 
 
+def _trainers(client: Client, model, partitions: dict, graph: bool) -> dict[str, object]:
+    """Every parallel configuration, by name (all start from ``model``)."""
+    opts = {"lr": 0.01, "momentum": 0.9}
+    out: dict[str, object] = {
+        "data, direct": DataParallelTrainer(client, model, transport="direct", **opts)}
+    if graph:
+        out["data, graph"] = DataParallelTrainer(client, model, transport="graph", **opts)
+    for m, part in partitions.items():
+        out[f"model k=2 {m}, direct"] = ModelParallelTrainer(client, model, part, **opts)
+        if graph:
+            out[f"model k=2 {m}, graph"] = ModelParallelTrainer(client, model, part,
+                                                                transport="graph", **opts)
+    for m, part in partitions.items():
+        out[f"hybrid 2x2 {m}"] = ModelParallelTrainer(client, model, part, row_groups=2,
+                                                      **opts)
+    return out
+
+
+def _moved(step) -> tuple[int, int, int, int]:
+    """(forward, backward, gradient, predicted one-way) bytes across workers."""
+    if hasattr(step, "bytes_moved"):  # data parallelism: gradients only
+        return 0, 0, step.bytes_moved, 0
+    return (step.bytes_forward, step.bytes_backward, step.bytes_gradient,
+            step.predicted_bytes)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--layers", type=int, default=120)
     parser.add_argument("--batches", type=int, nargs="+", default=[64, 512])
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--partitions", nargs="+", default=["block", "hypergraph"])
+    parser.add_argument("--no-graph", dest="graph", action="store_false",
+                        help="leave out the graph-transport baselines (slow at 120 layers)")
     args = parser.parse_args(argv)
 
     network = make_network(1024, args.layers)
@@ -65,17 +96,15 @@ def main(argv: list[str] | None = None) -> int:
             start = time.perf_counter()
             train_step(reference, inputs[:batch], labels[:batch], ref_opt, "reference")
             ref_s = time.perf_counter() - start
-            trainers = {"data": DataParallelTrainer(client, model, lr=0.01, momentum=0.9)}
-            for m, part in partitions.items():
-                trainers[m] = ModelParallelTrainer(client, model, part, lr=0.01, momentum=0.9)
+            trainers = _trainers(client, model, partitions, args.graph)
             try:
-                # one untimed step each: compilation, placement
+                # one untimed step each: compilation, placement, connections
                 train_step(serial, inputs[:batch], labels[:batch], optimizer)
                 for trainer in trainers.values():
                     trainer.step(inputs[:batch], labels[:batch])
                 comp = []
                 took: dict[str, list[float]] = {name: [] for name in trainers}
-                moved: dict[str, tuple[int, int, int]] = {}
+                moved: dict[str, tuple[int, int, int, int]] = {}
                 for s in range(1, args.steps + 1):
                     x, y = inputs[s * batch:(s + 1) * batch], labels[s * batch:(s + 1) * batch]
                     start = time.perf_counter()
@@ -84,9 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                     for name, trainer in trainers.items():
                         step = trainer.step(x, y)
                         took[name].append(step.seconds)
-                        moved[name] = ((step.bytes_moved, 0, 0) if name == "data" else
-                                       (step.bytes_forward, step.bytes_backward,
-                                        step.predicted_bytes))
+                        moved[name] = _moved(step)
                         # float32 sums in another order drift apart slowly over 120 layers
                         if not np.isclose(step.loss, expected, rtol=1e-3):
                             raise SystemExit(f"batch {batch}, step {s}, {name}: loss "
@@ -97,19 +124,17 @@ def main(argv: list[str] | None = None) -> int:
             c = statistics.median(comp)
             lines.append((batch, ref_s, c, {n: statistics.median(t) for n, t in took.items()},
                           moved))
-    print(f"{'batch':>6} {'reference s':>12} {'compiled s':>11} {'data (2 w) s':>13} "
-          f"{'compiled/ref':>12} {'data/compiled':>13} {'MB moved/step':>13}")
-    for batch, ref_s, c, took, moved in lines:
-        d = took["data"]
-        print(f"{batch:6d} {ref_s:12.3f} {c:11.3f} {d:13.3f} {ref_s / c:12.1f} {c / d:13.2f} "
-              f"{moved['data'][0] / 1e6:13.1f}")
-    print(f"\n{'batch':>6} {'model k=2':>12} {'s/step':>8} {'compiled/model':>14} "
-          f"{'MB fwd':>8} {'MB bwd':>8} {'MB predicted':>12}")
+    print(f"{'batch':>6} {'reference s':>12} {'compiled s':>11} {'compiled/ref':>12}")
+    for batch, ref_s, c, _, _ in lines:
+        print(f"{batch:6d} {ref_s:12.3f} {c:11.3f} {ref_s / c:12.1f}")
+    print(f"\n{'batch':>6} {'strategy':>28} {'s/step':>8} {'vs compiled':>11} "
+          f"{'MB fwd':>8} {'MB bwd':>8} {'MB grad':>8} {'MB predicted':>12}")
     for batch, _, c, took, moved in lines:
-        for m in partitions:
-            fwd, bwd, predicted = moved[m]
-            print(f"{batch:6d} {m:>12} {took[m]:8.3f} {c / took[m]:14.2f} {fwd / 1e6:8.2f} "
-                  f"{bwd / 1e6:8.2f} {predicted / 1e6:12.2f}")
+        for name in took:
+            fwd, bwd, grad, predicted = moved[name]
+            print(f"{batch:6d} {name:>28} {took[name]:8.3f} {c / took[name]:11.2f} "
+                  f"{fwd / 1e6:8.2f} {bwd / 1e6:8.2f} {grad / 1e6:8.2f} "
+                  f"{predicted / 1e6:12.2f}")
     return 0
 
 

@@ -72,24 +72,27 @@ class _Slot:
         self.moved = dict.fromkeys(BYTE_KEYS, 0)
         self.local = dict.fromkeys(BYTE_KEYS, 0)
         self.wait_s = 0.0
+        self.send_s = 0.0
         self.sent: list[Any] = []
 
     def send(self, phase: int, counter: str, group: int, layer: int, part: int,
              source: int, array: np.ndarray) -> None:
         """File ``array`` in slot ``(group, part)``'s box for ``phase`` and ``layer``."""
+        t0 = time.perf_counter()
         where = self.route[group][part]
         key_group = 8 * group + phase
         if where == self.here:  # same process: the array itself (never changed after)
             self.run.put(key_group, layer, [part], source, array)
             if (group, part) != (self.group, self.part):
                 self.local[counter] += array.nbytes
-            return
-        payload, _ = pack(array)
-        msg = {"op": "piece", "token": self.token, "group": key_group, "layer": layer,
-               "source": source, "parts": [part], "payload": payload, "sent": time.time(),
-               "reply": False}
-        self.sent.append(self.exchange.send(where, msg))
-        self.moved[counter] += array.nbytes
+        else:
+            payload, _ = pack(array)
+            msg = {"op": "piece", "token": self.token, "group": key_group, "layer": layer,
+                   "source": source, "parts": [part], "payload": payload,
+                   "sent": time.time(), "reply": False}
+            self.sent.append(self.exchange.send(where, msg))
+            self.moved[counter] += array.nbytes
+        self.send_s += time.perf_counter() - t0
 
     def receive(self, phase: int, layer: int, sources: list[int]) -> dict[int, np.ndarray]:
         """Wait for this slot's pieces of ``phase`` and ``layer`` from ``sources``."""
@@ -277,7 +280,9 @@ def run_slot(key: str, token: str, group: int, part: int, groups: int, parts: in
     -------
     dict
         ``loss`` (the group's scaled loss, on part 0; else None), ``moved`` and
-        ``local`` (bytes per :data:`BYTE_KEYS`), ``seconds`` and ``wait_s``.
+        ``local`` (bytes per :data:`BYTE_KEYS`), ``seconds`` (the whole step here),
+        ``wait_s`` (waiting for pieces) and ``send_s`` (cutting, serialising and queueing
+        the pieces it sent).
     """
     worker = get_worker()
     exchange: PieceExchange | None = worker.extensions.get(EXTENSION)
@@ -319,7 +324,8 @@ def run_slot(key: str, token: str, group: int, part: int, groups: int, parts: in
     finally:
         exchange.leave(token)
     return {"loss": loss, "moved": slot.moved, "local": slot.local,
-            "seconds": time.perf_counter() - start, "wait_s": slot.wait_s}
+            "seconds": time.perf_counter() - start, "wait_s": slot.wait_s,
+            "send_s": slot.send_s}
 
 
 def _data_step(slot: _Slot, key: str, groups: int, x: Any, labels: np.ndarray,
