@@ -101,10 +101,12 @@ def dense_step(yt, wtp, wti, wtx, bias, ymax, zt, row_tile, order):  # pragma: n
     Writes the ``n_out x rows`` output into ``zt`` (any contents; every entry is written)
     and returns ``(alive, nnz)``: which rows have a nonzero, and the number of nonzeros.
     Output neurons are visited in ``order`` (a permutation; see
-    :attr:`~sdnn_dask.network.Network.output_order`), which only affects speed.
+    :attr:`~sdnn_dask.network.Network.output_order`), which only affects speed. An
+    ``order`` of some neurons only writes (and counts) those: model-parallel training
+    forms the neurons other parts read first, sends them, then forms the rest.
     """
     rows = yt.shape[1]
-    n_out = zt.shape[0]
+    n_out = order.shape[0]
     alive = np.zeros(rows, np.bool_)
     counts = np.zeros(rows, np.int32)
     zero = np.float32(0.0)

@@ -163,12 +163,13 @@ def test_partial_errors_are_summed(client):
     np.testing.assert_allclose(got, grads.weights[0], rtol=1e-4, atol=1e-6)
 
 
-def test_the_transports_take_the_same_steps(client):
+@pytest.mark.parametrize("k", [2, 3])
+def test_the_transports_take_the_same_steps(client, k):
     """The direct transport sums the same pieces in the same order as the graph one: the
     same losses and weights, bit for bit, and the same bytes."""
     rng = np.random.default_rng(11)
     model = init_model(_pattern(rng, 64, 4), 5, seed=4)
-    partition = _partition(model, 2, "random")
+    partition = _partition(model, k, "random")
     with ModelParallelTrainer(client, model, partition, lr=0.05, momentum=0.9,
                               transport="graph") as graph, \
          ModelParallelTrainer(client, model, partition, lr=0.05, momentum=0.9,

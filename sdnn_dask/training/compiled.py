@@ -128,14 +128,17 @@ def _backward_step(dt, ypt, wp, wi, wx, dypt, grad, db, row_tile, order, want_dy
     """Over the stored ``q`` of each row ``i`` of ``W`` (CSR ``wp, wi, wx``):
     ``dypt[i] = sum_q wx[q] dt[wi[q]]`` (if ``want_dy``; then masked by
     ``0 < ypt[i] < ymax`` and summed into ``db[i]`` if ``mask``) and
-    ``grad[q] = <ypt[i], dt[wi[q]]>``, in runs of ``row_tile`` rows."""
+    ``grad[q] = <ypt[i], dt[wi[q]]>``, in runs of ``row_tile`` rows. Only the rows in
+    ``order`` are visited (and their entries of ``grad`` and ``db`` written): two calls
+    on complementary orders give what one call on both would."""
     rows = dt.shape[1]
-    n_in = wp.shape[0] - 1
+    n_in = order.shape[0]
     zero = np.float32(0.0)
-    for q in range(grad.shape[0]):
-        grad[q] = 0.0
-    if mask:
-        for i in range(n_in):
+    for ii in range(n_in):
+        i = order[ii]
+        for q in range(wp[i], wp[i + 1]):
+            grad[q] = 0.0
+        if mask:
             db[i] = 0.0
     for r0 in range(0, rows, row_tile):
         r1 = min(rows, r0 + row_tile)
@@ -196,13 +199,30 @@ def _backward_step(dt, ypt, wp, wi, wx, dypt, grad, db, row_tile, order, want_dy
                 db[i] += s
 
 
+@numba.njit(nogil=True, cache=True)
+def gather_rows(dst, dst_rows, src, src_rows):  # pragma: no cover
+    """``dst[dst_rows[i]] = src[src_rows[i]]`` for every ``i`` (rows of 2-D arrays)."""
+    for i in range(dst_rows.shape[0]):
+        dst[dst_rows[i], :] = src[src_rows[i], :]
+
+
+@numba.njit(nogil=True, cache=True)
+def add_rows(dst, dst_rows, src, src_rows):  # pragma: no cover
+    """``dst[dst_rows[i]] += src[src_rows[i]]`` for every ``i``, in order of ``i``."""
+    for i in range(dst_rows.shape[0]):
+        d = dst[dst_rows[i]]
+        s = src[src_rows[i]]
+        for r in range(d.shape[0]):
+            d[r] += s[r]
+
+
 def _identity(n: int) -> np.ndarray:
     return np.arange(n, dtype=np.int64)
 
 
 def layer_backward_t(dt: np.ndarray, ypt: np.ndarray, w: sp.csr_matrix,
                      dypt: np.ndarray | None = None, order: np.ndarray | None = None, *,
-                     mask_ymax: float | None = None
+                     mask_ymax: float | None = None, grad: np.ndarray | None = None
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """``dY_prev^T = W @ delta^T`` and the sampled weight gradient, in one pass over ``W``.
 
@@ -218,6 +238,9 @@ def layer_backward_t(dt: np.ndarray, ypt: np.ndarray, w: sp.csr_matrix,
         Where to write ``dY_prev^T`` (``n_in x rows``; must not be ``dt``); default new.
     order
         The order in which rows of ``W`` are visited (speed only).
+    grad
+        Where to write the sampled gradient (``w.nnz`` float32); default new. With an
+        ``order`` of some rows, only their entries are written.
     mask_ymax
         If given, ``Y_prev`` is itself a layer's output clamped at ``mask_ymax``, and
         ``dypt`` receives the layer below's ``delta^T = dY_prev^T * [0 < Y_prev^T <
@@ -236,7 +259,8 @@ def layer_backward_t(dt: np.ndarray, ypt: np.ndarray, w: sp.csr_matrix,
     """
     if dypt is None:
         dypt = np.empty_like(ypt)
-    grad = np.empty(w.nnz, np.float32)
+    if grad is None:
+        grad = np.empty(w.nnz, np.float32)
     mask = mask_ymax is not None
     db = np.empty(w.shape[0] if mask else 0, np.float32)
     _backward_step(dt, ypt, w.indptr, w.indices, w.data, dypt, grad, db, _ROW_TILE,
@@ -246,12 +270,14 @@ def layer_backward_t(dt: np.ndarray, ypt: np.ndarray, w: sp.csr_matrix,
 
 
 def sampled_gradient_t(ypt: np.ndarray, dt: np.ndarray, w: sp.csr_matrix,
-                       order: np.ndarray | None = None) -> np.ndarray:
+                       order: np.ndarray | None = None, grad: np.ndarray | None = None
+                       ) -> np.ndarray:
     """The sampled weight gradient alone: ``G[q] = <Y_prev^T[i_q], delta^T[j_q]>``.
 
     Parameters are as in :func:`layer_backward_t`; only the pattern of ``w`` is read.
     """
-    grad = np.empty(w.nnz, np.float32)
+    if grad is None:
+        grad = np.empty(w.nnz, np.float32)
     # dypt is never written when want_dy is false: pass ypt in its place
     _backward_step(dt, ypt, w.indptr, w.indices, w.data, ypt, grad, grad[:0], _ROW_TILE,
                    _identity(w.shape[0]) if order is None else order, False, False,

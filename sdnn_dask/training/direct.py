@@ -45,10 +45,18 @@ import numpy as np
 from distributed import get_worker, secede
 from distributed.worker import thread_state
 
+from ..kernels import _ROW_TILE as ROW_TILE
+from ..kernels import dense_step
 from ..parallel.direct import PIECE_TIMEOUT, POLL_SECONDS
 from ..parallel.exchange import EXTENSION, PieceExchange, RunAborted, pack, unpack, wait_pieces
 from ..parallel.faults import WorkerLostError
-from .compiled import delta_t, layer_backward_t, layer_forward_t, sampled_gradient_t
+from .compiled import (
+    add_rows,
+    delta_t,
+    gather_rows,
+    layer_backward_t,
+    sampled_gradient_t,
+)
 from .losses import softmax_cross_entropy
 from .model import Gradients
 from .parts import PARTS, apply_update
@@ -146,6 +154,62 @@ def allreduce(slot: _Slot, groups: int, vector: np.ndarray) -> np.ndarray:
     return out
 
 
+def _split(order: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``order`` as two orders: the entries in ``first``, then the rest (each keeps its
+    relative order)."""
+    mask = np.zeros(order.shape[0], bool)
+    mask[first] = True
+    chosen = mask[order]
+    return (np.ascontiguousarray(order[chosen]), np.ascontiguousarray(order[~chosen]))
+
+
+class _PartWorkspace:
+    """A part's per-layer tiles for one batch size, and the split visiting orders.
+
+    Forward, a part forms first the neurons other parts read in the next layer
+    (``boundary``), sends them, then the rest; backward, it forms first the partial
+    errors of the inputs other parts own, sends them, then its own. The peers' pieces
+    travel while both go on computing, and the tiles are reused step after step (a new
+    tile per layer and step costs page faults on every first touch)."""
+
+    def __init__(self, state: Any, part: int, rows: int):
+        self.rows = rows
+        layers = state.layers
+        self.inputs = [np.empty((len(sl.needed), rows), np.float32) for sl in layers]
+        self.outputs = [np.empty((len(sl.own), rows), np.float32) for sl in layers]
+        self.dyt = np.empty(max(len(sl.own) for sl in layers) * rows, np.float32)
+        # partial errors: two tiles used in turn, since a layer's own partials are read
+        # by the sum of the layer below
+        size = max(len(sl.needed) for sl in layers) * rows
+        self._partials = [np.empty(size, np.float32), np.empty(size, np.float32)]
+        self.forward, self.backward, self.ranges = [], [], {}
+        for sl in layers:
+            read = [ix for q, ix in sl.send.items() if q != part]
+            self.forward.append(_split(sl.order_fwd, np.concatenate(read) if read
+                                       else np.zeros(0, np.int64)))
+            owned = [ix for q, ix in sl.fetch.items() if q != part]
+            self.backward.append(_split(sl.order_bwd, np.concatenate(owned) if owned
+                                        else np.zeros(0, np.int64)))
+            for ix in list(sl.fetch.values()) + list(sl.send.values()):
+                if len(ix) not in self.ranges:
+                    self.ranges[len(ix)] = np.arange(len(ix), dtype=np.int64)
+
+    def arange(self, n: int) -> np.ndarray:
+        return self.ranges[n]
+
+    def partials(self, layer: int, needed: int) -> np.ndarray:
+        """Layer ``layer``'s partial errors tile, ``needed x rows``."""
+        flat = self._partials[layer % 2]
+        return flat[:needed * self.rows].reshape(needed, self.rows)
+
+
+def _workspace(state: Any, part: int, rows: int) -> _PartWorkspace:
+    if state.workspace is None or state.workspace.rows != rows:
+        state.workspace = None  # the old tiles go before the new ones are made
+        state.workspace = _PartWorkspace(state, part, rows)
+    return state.workspace
+
+
 def _part_forward_backward(slot: _Slot, state: Any, x_t: np.ndarray, labels: np.ndarray,
                            share: float, parts: int) -> float | None:
     """Steps 1-3 for a part's slices (``state``: a :class:`~.parts._Part`); its
@@ -153,21 +217,35 @@ def _part_forward_backward(slot: _Slot, state: Any, x_t: np.ndarray, labels: np.
     group, part, rows = slot.group, slot.part, x_t.shape[1]
     layers = state.layers
     n_layers = len(layers)
-    tile = x_t
+    ws = _workspace(state, part, rows)
+    ymax = np.float32(state.ymax)
     for layer in range(1, n_layers + 1):
         sl = layers[layer - 1]
-        if layer > 1:
-            got = slot.receive(FORWARD, layer, sorted(sl.fetch))
-            tile = np.empty((len(sl.needed), rows), np.float32)
-            for q, piece in got.items():
-                tile[sl.fetch[q]] = piece
+        if layer == 1:
+            tile = x_t
+        else:
+            tile = ws.inputs[layer - 1]
+            below = layers[layer - 2]
+            if part in sl.fetch:  # its own columns first, while the peers' travel
+                gather_rows(tile, sl.fetch[part], below.outputs, below.send[part])
+            others = [q for q in sl.fetch if q != part]
+            for q, piece in slot.receive(FORWARD, layer, sorted(others)).items():
+                gather_rows(tile, sl.fetch[q], piece, ws.arange(len(piece)))
         sl.wt.data[:] = sl.w.data[sl.to_t]  # w changed in the last update
-        out = np.empty((len(sl.own), rows), np.float32)
-        layer_forward_t(tile, sl.wt, sl.bias, state.ymax, out, sl.order_fwd)
+        out = ws.outputs[layer - 1]
+        boundary, interior = ws.forward[layer - 1]
+        if layer < n_layers and len(boundary):
+            dense_step(tile, sl.wt.indptr, sl.wt.indices, sl.wt.data, sl.bias, ymax, out,
+                       ROW_TILE, boundary)
+            for p, ix in sl.send.items():  # to the other parts that read them
+                if p != part:
+                    slot.send(FORWARD, "forward", group, layer + 1, p, part, out[ix])
+            dense_step(tile, sl.wt.indptr, sl.wt.indices, sl.wt.data, sl.bias, ymax, out,
+                       ROW_TILE, interior)
+        else:
+            dense_step(tile, sl.wt.indptr, sl.wt.indices, sl.wt.data, sl.bias, ymax, out,
+                       ROW_TILE, sl.order_fwd)
         sl.inputs, sl.outputs = tile, out
-        if layer < n_layers:  # its readers in the next layer, self included
-            for p, ix in sl.send.items():
-                slot.send(FORWARD, "forward", group, layer + 1, p, part, out[ix])
         slot.check_sends()
     top = layers[-1]
     partial = top.outputs.T @ state.readout
@@ -190,24 +268,37 @@ def _part_forward_backward(slot: _Slot, state: Any, x_t: np.ndarray, labels: np.
         slot.send(LOGITS, "readout", group, 0, 0, part, partial)
         dlogits = slot.receive(DLOGITS, 0, [0])[0]
     state.grad_r = top.outputs @ dlogits
+    above = None
     for layer in range(n_layers, 0, -1):
         sl = layers[layer - 1]
+        dyt = ws.dyt[:len(sl.own) * rows].reshape(len(sl.own), rows)
         if layer == n_layers:
-            dyt = state.readout @ dlogits.T
+            np.matmul(state.readout, dlogits.T, out=dyt)
         else:
-            dyt = np.zeros((len(sl.own), rows), np.float32)
-            got = slot.receive(BACKWARD, layer, sorted(sl.send))
-            for q in sorted(got):  # in part order: the sum does not depend on placement
-                dyt[sl.send[q]] += got[q]
+            # its own partial errors first (they are ready), then the peers' in part
+            # order, as the graph transport adds them
+            dyt[...] = 0.0
+            if part in sl.send:
+                add_rows(dyt, sl.send[part], above.partial, above.fetch[part])
+            readers = [q for q in sl.send if q != part]
+            got = slot.receive(BACKWARD, layer, sorted(readers))
+            for q in sorted(got):
+                add_rows(dyt, sl.send[q], got[q], ws.arange(len(got[q])))
         delta, sl.grad_b = delta_t(dyt, sl.outputs, state.ymax, out=dyt)
+        grad = np.empty(sl.w.nnz, np.float32)
         if layer > 1:
-            sl.partial, sl.grad_w, _ = layer_backward_t(delta, sl.inputs, sl.w, None,
-                                                        sl.order_bwd)
+            sl.partial = ws.partials(layer, len(sl.needed))
+            remote, own = ws.backward[layer - 1]
+            layer_backward_t(delta, sl.inputs, sl.w, sl.partial, remote, grad=grad)
             for q, ix in sl.fetch.items():  # back to the owners of the inputs it read
-                slot.send(BACKWARD, "backward", group, layer - 1, q, part, sl.partial[ix])
+                if q != part:
+                    slot.send(BACKWARD, "backward", group, layer - 1, q, part,
+                              sl.partial[ix])
+            layer_backward_t(delta, sl.inputs, sl.w, sl.partial, own, grad=grad)
         else:
-            sl.grad_w = sampled_gradient_t(sl.inputs, delta, sl.w, sl.order_bwd)
-        sl.inputs = sl.outputs = sl.partial = None  # this step's tiles are done with
+            sampled_gradient_t(sl.inputs, delta, sl.w, sl.order_bwd, grad=grad)
+        sl.grad_w = grad
+        above = sl
         slot.check_sends()
     return loss
 

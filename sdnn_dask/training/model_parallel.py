@@ -142,7 +142,6 @@ def _backward(trainer: str, p: int, layer: int, top: tuple[float, np.ndarray] | 
         state.grad_r = sl.outputs @ dlogits
     else:
         dyt = np.zeros((len(sl.own), rows), np.float32)
-        # in part order, wherever the pieces come from: the sum does not depend on placement
         sources = {q: piece for q, piece in pieces.items()}
         for q in local:
             src = PARTS[(trainer, q)].layers[layer]
@@ -150,7 +149,9 @@ def _backward(trainer: str, p: int, layer: int, top: tuple[float, np.ndarray] | 
             if q != p:
                 read += sources[q].nbytes
         moved = sum(piece.nbytes for piece in pieces.values())
-        for q in sorted(sources):
+        # its own partial errors first, then the others' in part order (as the direct
+        # transport adds them): the sum does not depend on placement
+        for q in sorted(sources, key=lambda q: (q != p, q)):
             dyt[sl.send[q]] += sources[q]
     delta, sl.grad_b = delta_t(dyt, sl.outputs, state.ymax, out=dyt)
     if layer > 1:

@@ -14,6 +14,7 @@ group ``g`` uses the trainer key ``f"{trainer}/g{g}"``, so each group's parts ar
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -68,6 +69,8 @@ class _Part:
     velocity_c: np.ndarray | None = None
     grad_r: np.ndarray | None = None
     grad_c: np.ndarray | None = None
+    #: the direct transport's buffers and visiting orders (made on the worker, reused)
+    workspace: Any = None
 
 
 #: Each worker's parts, by (trainer key, part).
