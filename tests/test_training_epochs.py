@@ -1,7 +1,8 @@
-"""Whole epochs under every strategy (the digits)."""
+"""Whole epochs under every strategy (the digits), and the training report's crossover."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,9 +13,13 @@ import scipy.sparse as sp
 from sdnn_dask.training import SGD, fit, fit_trainer, gradients, init_model, train_step
 from sdnn_dask.training.compare import (
     ACCURACY_TOL,
+    CROSSOVER_COLUMNS,
     DIGITS_COLUMNS,
     EPOCH_LOSS_RTOL,
     compare_digits,
+    crossover,
+    crossover_sentences,
+    training_markdown,
 )
 from sdnn_dask.training.loop import HISTORY_COLUMNS, TRAINER_HISTORY_COLUMNS, batches
 
@@ -132,3 +137,81 @@ def test_every_strategy_learns_the_digits(digits):
     final = digits[digits["epoch"] == digits["epoch"].max()]
     assert len(final) == 3
     assert (final["test_accuracy"] >= 0.90).all(), final
+
+
+# --------------------------------------------------------------------------- crossover
+
+
+def _steps() -> pd.DataFrame:
+    """Two steps per batch (16, 64, 256) on 2 workers: data moves 1 MB a step, model block
+    10 kB a row (equal at 100 rows) and hash 20 kB (equal at 50); block's seconds cross
+    data's between 64 and 256, hash's never."""
+    seconds = {("serial", "none"): [0.02, 0.08, 0.3], ("data", "block"): [0.1, 0.12, 0.2],
+               ("model", "block"): [0.05, 0.1, 0.4], ("model", "hash"): [0.2, 0.3, 0.5]}
+    rows = []
+    for (strategy, partition), times in seconds.items():
+        for batch, s in zip((16, 64, 256), times, strict=True):
+            moved = {"serial": 0, "data": 1_000_000}.get(
+                strategy, (10_000 if partition == "block" else 20_000) * batch)
+            for step, jitter in ((1, -0.01), (2, 0.01)):  # medians: the times above
+                rows.append((strategy, partition, 1 if strategy == "serial" else 2, batch,
+                             step, s + jitter, 1.0, 1.0, moved, "PASS"))
+    from sdnn_dask.training.compare import STEP_COLUMNS
+
+    return pd.DataFrame(rows, columns=STEP_COLUMNS)
+
+
+def test_crossover_of_a_known_table():
+    table = crossover(_steps())
+    assert list(table.columns) == CROSSOVER_COLUMNS
+    assert list(table["partition"]) == ["block", "hash"]
+    assert (table["strategy"] == "model").all() and (table["workers"] == 2).all()
+    assert (table["data_bytes_per_step"] == 1e6).all()
+    assert list(table["bytes_per_row"]) == pytest.approx([10_000, 20_000])
+    assert list(table["bytes_crossover_batch"]) == pytest.approx([100, 50])
+    assert (table["batches"] == "16,64,256").all()
+    # block - data: -0.02 at 64, +0.2 at 256: 1/11 of the way from log 64 to log 256
+    assert table["seconds_crossover_batch"].iloc[0] == pytest.approx(64 * 4 ** (1 / 11))
+    assert math.isnan(table["seconds_crossover_batch"].iloc[1])
+    sentences = " ".join(crossover_sentences(table, _steps()))
+    assert "1 MB whatever the batch" in sentences
+    assert "below a batch of 100 rows" in sentences and "below a batch of 50 rows" in sentences
+    assert "at a batch of about 73" in sentences
+    assert "do not cross data parallelism's between batches 16 and 256: it is slower" \
+        in sentences
+
+
+def test_no_crossover_without_both_strategies():
+    steps = _steps()
+    table = crossover(steps[steps["strategy"] != "data"])
+    assert table.empty and list(table.columns) == CROSSOVER_COLUMNS
+    assert "needs a data-parallel and a model-parallel run" in crossover_sentences(
+        table, steps)[0]
+    assert "needs a data-parallel" in training_markdown(steps[steps["strategy"] != "model"])
+
+
+def test_the_report_has_the_tables_the_sentences_and_the_figure():
+    text = training_markdown(_steps(), figure="training.png")
+    assert text.startswith("# Training steps")
+    assert "| strategy | partition | workers | batch | seconds |" in text  # summarise's
+    assert "| model | block | 2 | 1.00 | 10.00 | 100.00 | 16,64,256 | 72.60 |" in text
+    assert "below a batch of 100 rows" in text
+    assert "![bytes and seconds per step against the batch](training.png)" in text
+    missing = training_markdown(_steps(), figure_missing="no figure: install the extra")
+    assert "no figure: install the extra" in missing and "![" not in missing
+
+
+def test_training_figure():
+    pytest.importorskip("matplotlib", reason="matplotlib not installed (the report extra)")
+    from sdnn_dask.figures import png_bytes, training_figure
+
+    fig = training_figure(_steps())
+    bytes_ax, seconds_ax = fig.axes
+    assert bytes_ax.get_xscale() == bytes_ax.get_yscale() == "log"
+    assert seconds_ax.get_xscale() == seconds_ax.get_yscale() == "log"
+    labels = bytes_ax.get_legend_handles_labels()[1]
+    assert "serial" not in labels and "serial" in seconds_ax.get_legend_handles_labels()[1]
+    assert "equal bytes (block): batch 100" in labels
+    assert "equal bytes (hash): batch 50" in labels
+    assert png_bytes(fig).startswith(b"\x89PNG")
+    assert training_figure(_steps().iloc[:0]) is None
