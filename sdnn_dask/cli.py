@@ -2,7 +2,9 @@
 
 Subcommands: ``generate`` (network and inputs in challenge format), ``infer`` (one
 strategy), ``compare`` (the main job: serial against data, model and hybrid parallelism,
-verified, recorded, reported), ``study`` (a YAML grid of runs, resumable), ``partition``
+verified, recorded, reported), ``train`` (training under every strategy against the
+serial run: timed steps and the bytes crossover, or the digits epoch by epoch), ``study``
+(a YAML grid of runs, resumable), ``partition``
 (neuron partitions and their communication), ``report`` (the report from the records),
 ``notebook`` (execute a notebook) and ``cluster`` (preview a SLURM job script, show a
 cluster profile). The commands only parse and check arguments: the work is done by
@@ -206,10 +208,12 @@ def _check_writable_folder(folder: Path, option: str) -> None:
 # --------------------------------------------------------------------------- the problem
 
 
-def _add_network_arguments(group: argparse._ArgumentGroup, *, with_inputs: bool) -> None:
+def _add_network_arguments(group: argparse._ArgumentGroup, *, with_inputs: bool,
+                           layers: int | None = 120, layers_help: str = "layers (120)"
+                           ) -> None:
     group.add_argument("--neurons", "-N", type=_neurons, default=1024,
                        help="neurons per layer: 1024, 4096, 16384 or 65536 (1024)")
-    group.add_argument("--layers", "-L", type=POSITIVE, default=120, help="layers (120)")
+    group.add_argument("--layers", "-L", type=POSITIVE, default=layers, help=layers_help)
     if with_inputs:
         group.add_argument("--inputs", "-n", type=POSITIVE, default=None,
                            help="input rows: generated count (60000), or the first rows of "
@@ -515,15 +519,59 @@ def _positive_list(text: str) -> list[int]:
     return values
 
 
-def cmd_train(args: argparse.Namespace) -> int:
-    from .training.compare import compare_training, summarise
+#: ``train``'s tasks and the options that go with one task only (option, dest).
+TRAIN_TASKS = ("steps", "digits")
+_STEPS_ONLY = (("--batches", "batches"), ("--steps", "steps"), ("--data", "data"))
+_DIGITS_ONLY = (("--epochs", "epochs"), ("--batch", "batch"))
+#: ``--task digits``'s defaults.
+DIGITS_LAYERS, DIGITS_EPOCHS, DIGITS_BATCH = 4, 5, 32
 
-    progress = Progress(args.quiet)
-    partitions = [] if args.model == "none" else [m.strip() for m in args.model.split(",")]
+
+def _train_partitions(model: str) -> list[str]:
+    partitions = [] if model == "none" else [m.strip() for m in model.split(",")]
     for method in partitions:
         if method not in NEURON_PARTITIONS:
             raise UsageError(f"--model: unknown partition {method!r}; choose from "
                              f"{', '.join(NEURON_PARTITIONS)} or none")
+    return partitions
+
+
+def _check_train_task(args: argparse.Namespace) -> None:
+    """Refuse the options of the other task and SGD settings the trainers refuse; fill in
+    this task's defaults."""
+    from .training.optim import check_settings
+
+    try:
+        check_settings(args.lr, args.momentum, 0.0)
+    except ValueError as error:
+        raise UsageError(f"--lr/--momentum: {error}") from error
+    other = _DIGITS_ONLY if args.task == "steps" else _STEPS_ONLY
+    given = [option for option, dest in other if getattr(args, dest) is not None]
+    if given:
+        mine = "--epochs, --batch" if args.task == "digits" else "--batches, --steps, --data"
+        raise UsageError(f"{', '.join(given)}: not an option of --task {args.task} "
+                         f"(it takes {mine})")
+    if args.task == "digits":
+        if args.neurons != 1024:
+            raise UsageError(f"-N {args.neurons}: the digits are 1024 features (--task digits "
+                             "trains a 1024-neuron network)")
+        args.layers = args.layers or DIGITS_LAYERS
+        args.epochs = DIGITS_EPOCHS if args.epochs is None else args.epochs
+        args.batch = args.batch or DIGITS_BATCH
+    else:
+        args.layers = args.layers or 120
+        args.batches = args.batches or [64, 512]
+        args.steps = args.steps or 3
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    _check_train_task(args)
+    partitions = _train_partitions(args.model)
+    if args.task == "digits":
+        return _train_digits(args, partitions)
+    from .training.compare import compare_training, crossover, crossover_sentences, summarise
+
+    progress = Progress(args.quiet)
     if not args.no_write:
         _check_writable_folder(args.results, "--results")
     network = load_network(args, progress)
@@ -535,14 +583,89 @@ def cmd_train(args: argparse.Namespace) -> int:
                                  lr=args.lr, momentum=args.momentum, progress=progress.say)
     print()
     print(report.to_text(summarise(steps)))
+    cross = crossover(steps)
+    print()
+    print("\n".join(crossover_sentences(cross, steps)))
     if not args.no_write:
-        path = args.results / "training.csv"
-        with atomic_path(path) as tmp:
-            steps.to_csv(tmp, index=False)
-        print(f"\nwrote {path}")
+        written = _write_training(args.results, steps, progress)
+        print("\nwrote " + ", ".join(str(p) for p in written))
     failed = steps[steps["check"] != "PASS"]
     if len(failed):
         print(f"{len(failed)} step(s) FAILED their check against the serial step",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def _write_training(folder: Path, steps, progress: Progress) -> list[Path]:
+    """``training.csv``, ``training.png`` (with the report extra) and ``training.md`` in
+    ``folder``, each replaced atomically; a ``training.png`` left from an earlier run is
+    removed when no figure is made, so the report never shows another run's."""
+    from . import figures
+    from .training.compare import training_markdown
+
+    csv = folder / "training.csv"
+    with atomic_path(csv) as tmp:
+        steps.to_csv(tmp, index=False)
+    written = [csv]
+    png = folder / "training.png"
+    try:
+        fig = figures.training_figure(steps)
+    except ImportError as error:
+        fig, missing = None, f"(No figure: {error}.)"
+        progress.say(f"no training.png: {error}")
+    else:
+        missing = ""
+    if fig is not None:
+        written.append(figures.save_png(fig, png))
+    else:
+        png.unlink(missing_ok=True)
+    md = folder / "training.md"
+    written.append(write_text_atomic(md, training_markdown(
+        steps, figure=png.name if fig is not None else None, figure_missing=missing)))
+    return written
+
+
+def _train_digits(args: argparse.Namespace, partitions: list[str]) -> int:
+    from .training.compare import compare_digits
+    from .training.digits import load_digits_1024
+
+    progress = Progress(args.quiet)
+    if not args.no_write:
+        _check_writable_folder(args.results, "--results")
+    try:
+        data = load_digits_1024(args.seed)
+    except ImportError as error:
+        raise UsageError(str(error)) from error
+    progress.say(f"digits: {len(data.y_train)} training rows, {len(data.y_test)} held out; "
+                 f"{args.layers} layers, {args.epochs} epochs of batch {args.batch}")
+    with _cluster_client(args, progress) as client:
+        epochs = compare_digits(client, layers=args.layers, epochs=args.epochs,
+                                batch=args.batch, partitions=partitions, k=args.parts,
+                                seed=args.seed, lr=args.lr, momentum=args.momentum,
+                                data=data, progress=progress.say)
+    shown = epochs.assign(mb_moved=epochs["bytes_moved"] / 1e6)
+    for column in ("loss", "serial_loss"):
+        shown[column] = shown[column].map(lambda v: f"{v:.4f}")
+    for column in ("train_accuracy", "test_accuracy"):
+        shown[column] = shown[column].map(lambda v: f"{v:.3f}")
+    print()
+    print(report.to_text(shown, ["strategy", "partition", "workers", "epoch", "loss",
+                                 "serial_loss", "train_accuracy", "test_accuracy", "seconds",
+                                 "mb_moved", "check"]))
+    print(f"\nheld-out accuracy after {args.epochs} epochs:")
+    for (strategy, partition), rows in epochs.groupby(["strategy", "partition"], sort=False):
+        print(f"  {strategy} {partition}: {rows['test_accuracy'].iloc[-1]:.3f} "
+              f"({rows['seconds'].sum():.1f} s of "
+              f"training, {rows['bytes_moved'].sum() / 1e6:.1f} MB moved)")
+    if not args.no_write:
+        path = args.results / "training-epochs.csv"
+        with atomic_path(path) as tmp:
+            epochs.to_csv(tmp, index=False)
+        print(f"\nwrote {path}")
+    failed = epochs[epochs["check"] != "PASS"]
+    if len(failed):
+        print(f"{len(failed)} epoch(s) FAILED their check against the serial run",
               file=sys.stderr)
         return 1
     return 0
@@ -868,14 +991,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress messages")
     p.set_defaults(func=cmd_compare)
 
-    p = sub.add_parser("train", help="training steps: serial, data and model parallel, "
-                                     "checked against the serial step")
+    p = sub.add_parser("train", help="training: serial, data and model parallel, checked "
+                                     "against the serial run (--task steps: time and bytes "
+                                     "per step; digits: accuracy per epoch)")
+    p.add_argument("--task", choices=TRAIN_TASKS, default="steps",
+                   help="steps: timed steps on the network's pattern with random labels, "
+                        "training.csv and the training.md report; digits: whole epochs on "
+                        "scikit-learn's digits (the train extra), training-epochs.csv (steps)")
     g = p.add_argument_group("network (generated unless --data is given)")
-    _add_network_arguments(g, with_inputs=False)
-    p.add_argument("--batches", type=_positive_list, default=[64, 512],
-                   help="batch sizes, comma-separated (default 64,512)")
-    p.add_argument("--steps", type=POSITIVE, default=3,
-                   help="timed steps per batch size, after an untimed one (3)")
+    _add_network_arguments(g, with_inputs=False, layers=None,
+                           layers_help=f"layers (120; --task digits: {DIGITS_LAYERS})")
+    p.add_argument("--batches", type=_positive_list, default=None,
+                   help="--task steps: batch sizes, comma-separated (default 64,512)")
+    p.add_argument("--steps", type=POSITIVE, default=None,
+                   help="--task steps: timed steps per batch size, after an untimed one (3)")
+    p.add_argument("--epochs", type=POSITIVE, default=None,
+                   help=f"--task digits: passes over the training digits ({DIGITS_EPOCHS})")
+    p.add_argument("--batch", type=POSITIVE, default=None,
+                   help=f"--task digits: rows per step ({DIGITS_BATCH})")
     p.add_argument("--model", default="block",
                    help="neuron partitions of the model-parallel runs, comma-separated "
                         f"({','.join(NEURON_PARTITIONS)}; none: no model-parallel runs) "
@@ -886,7 +1019,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (0.9)")
     _add_cluster_arguments(p)
     p.add_argument("--results", type=Path, default=DEFAULT_RESULTS,
-                   help=f"folder for training.csv, one row per step ({DEFAULT_RESULTS}/)")
+                   help="folder for training.csv (one row per step), training.md and "
+                        "training.png (--task steps) or training-epochs.csv (one row per "
+                        f"epoch, --task digits) ({DEFAULT_RESULTS}/)")
     p.add_argument("--no-write", action="store_true", help="print only; write no records")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress messages")
     p.set_defaults(func=cmd_train)

@@ -471,6 +471,7 @@ __all__ = [
     "require_matplotlib",
     "save_png",
     "survivors_figure",
+    "training_figure",
 ]
 
 
@@ -530,4 +531,85 @@ def imbalance_figure(cmp: pd.DataFrame, *, title: str = "") -> Figure | None:
     axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     fig.suptitle("Data parallelism: balance against row blocks, with and without hashing"
                  + title)
+    return fig
+
+
+def training_figure(steps: pd.DataFrame, *, title: str = "") -> Figure | None:
+    """Bytes and seconds per training step against the batch, log-log: one line per
+    strategy and partition (``steps``: :func:`sdnn_dask.training.compare.compare_training`'s
+    rows; medians over the steps). Bytes: data parallelism's (flat: every weight gradient)
+    and each model-parallel partition's (proportional to the batch: activations and errors),
+    drawn as lines over the whole batch axis through the measured points, with the batch
+    where they cross marked; serial moves nothing and is in the seconds panel only.
+    ``None`` without steps."""
+    from .training.compare import crossover
+
+    if steps.empty:
+        return None
+    keys = ["strategy", "partition", "workers", "batch"]
+    medians = (steps.groupby(keys, sort=False)
+               .agg(seconds=("seconds", "median"), bytes_moved=("bytes_moved", "median"))
+               .reset_index())
+    cross = crossover(steps)
+    measured = medians["batch"].astype(float)
+    ends = pd.concat([measured, cross["bytes_crossover_batch"].dropna()])
+    ends = ends[ends > 0]
+    low, high = ends.min() / 1.5, ends.max() * 1.5
+    span = np.geomspace(low, high, 50)
+    fig = _figure(12, 4.6)
+    ax_bytes, ax_seconds = fig.subplots(1, 2)
+    order = medians.assign(_s=_rank(medians["strategy"].replace({"serial": "kernel"}),
+                                    STRATEGY_ORDER),
+                           _p=_rank(medians["partition"], PARTITION_ORDER))
+    for (strategy, partition, workers), rows in order.sort_values(
+            ["_s", "_p", "workers"], kind="stable").groupby(
+            ["strategy", "partition", "workers"], sort=False):
+        rows = rows.sort_values("batch")
+        serial = strategy == "serial"
+        style = _style("kernel" if serial else str(strategy), str(partition))
+        label = "serial" if serial else f"{strategy} {partition}, {count(workers)} w"
+        ax_seconds.plot(rows["batch"], rows["seconds"], label=label, **style)
+        if serial:
+            continue
+        if strategy == "data":
+            line = np.full_like(span, rows["bytes_moved"].median() / 1e6)
+        else:
+            per_row = np.dot(rows["batch"], rows["bytes_moved"]) / np.dot(rows["batch"],
+                                                                          rows["batch"])
+            line = span * per_row / 1e6
+        ax_bytes.plot(span, line, color=style["color"], linestyle=style["linestyle"],
+                      linewidth=1.2, alpha=0.8)
+        ax_bytes.plot(rows["batch"], rows["bytes_moved"] / 1e6, label=label,
+                      **{**style, "linestyle": "none"})
+    for row in cross.itertuples(index=False):
+        batch = row.bytes_crossover_batch
+        if not np.isfinite(batch):
+            continue
+        colour = COLOURS.get(str(row.partition), "#17becf")
+        ax_bytes.axvline(batch, color=colour, linestyle=":", linewidth=1)
+        ax_bytes.plot([batch], [row.data_bytes_per_step / 1e6], marker="X", color=colour,
+                      markersize=11, linestyle="none",
+                      label=f"equal bytes ({row.partition}): batch {batch:.0f}")
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ticks = sorted({int(b) for b in measured})
+    for ax, ylabel in ((ax_bytes, "MB moved between workers per step"),
+                       (ax_seconds, "seconds per step (median)")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(low, high)
+        ax.set_xticks(ticks, [str(b) for b in ticks])
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("batch (rows per step)")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="both", alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8, framealpha=0.9)
+    ax_bytes.set_title("bytes: data flat (gradients), model proportional (activations)",
+                       fontsize=10)
+    ax_seconds.set_title("seconds", fontsize=10)
+    fig.suptitle("Training steps against the batch" + title)
     return fig

@@ -1,12 +1,13 @@
-"""``sdnn-dask train``: training steps under every strategy, checked against the serial step."""
+"""``sdnn-dask train``: training steps (and the report) and digits epochs under every
+strategy, checked against the serial run."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from sdnn_dask.cli import main
-from sdnn_dask.training.compare import STEP_COLUMNS
+from sdnn_dask.cli import Progress, _write_training, main
+from sdnn_dask.training.compare import DIGITS_COLUMNS, STEP_COLUMNS
 
 
 def test_train_runs_every_strategy_and_records_each_step(tmp_path, capsys):
@@ -31,12 +32,77 @@ def test_train_runs_every_strategy_and_records_each_step(tmp_path, capsys):
     assert (per_row.groupby(model["partition"]).nunique() == 1).all()  # proportional
     for line in ("serial", "data", "model"):
         assert any(row.startswith(line) and row.endswith("PASS") for row in out.splitlines())
+    # the report: the crossover said, printed and in training.md, the figure beside it
+    assert "whatever the batch" in out and "below a batch of" in out
+    text = (tmp_path / "training.md").read_text()
+    assert "| strategy | partition | workers | batch | seconds |" in text
+    assert text.count("Model parallelism (") == 2  # block and hash
+    assert "![bytes and seconds per step against the batch](training.png)" in text
+    assert (tmp_path / "training.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_train_digits_writes_every_epoch(tmp_path, capsys):
+    pytest.importorskip("sklearn", reason="scikit-learn not installed (pip install "
+                        "'sdnn_dask[train]'): the digits are not run")
+    code = main(["train", "--task", "digits", "--epochs", "1", "--model", "none",
+                 "--workers", "2", "--results", str(tmp_path), "-q"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    epochs = pd.read_csv(tmp_path / "training-epochs.csv")
+    assert list(epochs.columns) == DIGITS_COLUMNS
+    assert list(zip(epochs["strategy"], epochs["epoch"], strict=True)) == [("serial", 1),
+                                                                          ("data", 1)]
+    assert (epochs["check"] == "PASS").all()
+    assert list(epochs["bytes_moved"] > 0) == [False, True]
+    assert "held-out accuracy after 1 epochs:" in out
+    assert any(line.strip().startswith("data block: 0.") for line in out.splitlines())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["training-epochs.csv"]
+
+
+def test_no_write_writes_nothing(tmp_path, capsys):
+    folder = tmp_path / "out"
+    code = main(["train", "-L", "2", "--batches", "8", "--steps", "1", "--model", "none",
+                 "--workers", "2", "--results", str(folder), "--no-write", "-q"])
+    assert code == 0 and "whatever the batch" not in capsys.readouterr().out
+    assert not folder.exists()
+
+
+def test_the_report_without_matplotlib(tmp_path, monkeypatch):
+    """No figure: training.md says which extra to install, and an earlier training.png is
+    removed rather than shown beside another run's tables."""
+    import sdnn_dask.figures as figures
+
+    def missing():
+        raise ImportError(figures.EXTRA_HINT)
+
+    monkeypatch.setattr(figures, "require_matplotlib", missing)
+    (tmp_path / "training.png").write_bytes(b"an earlier run's")
+    steps = pd.DataFrame(
+        [("serial", "none", 1, 8, 1, 0.01, 1.0, 1.0, 0, "PASS"),
+         ("data", "block", 2, 8, 1, 0.02, 1.0, 1.0, 1000, "PASS"),
+         ("model", "block", 2, 8, 1, 0.03, 1.0, 1.0, 80, "PASS")], columns=STEP_COLUMNS)
+    written = _write_training(tmp_path, steps, Progress(quiet=True))
+    assert [p.name for p in written] == ["training.csv", "training.md"]
+    text = (tmp_path / "training.md").read_text()
+    assert "pip install 'sdnn_dask[report]'" in text and "![" not in text
+    assert "below a batch of 100 rows" in text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["training.csv", "training.md"]
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--model", "blok"], "unknown partition 'blok'"),
     (["--batches", "0"], "expected positive integers"),
     (["--batches", "a,b"], "expected positive integers"),
+    (["--task", "dig"], "invalid choice: 'dig'"),
+    (["--epochs", "2"], "--epochs: not an option of --task steps"),
+    (["--task", "digits", "--batches", "8", "--steps", "2"],
+     "--batches, --steps: not an option of --task digits"),
+    (["--task", "digits", "--data", "."], "--data: not an option of --task digits"),
+    (["--task", "digits", "-N", "4096"], "the digits are 1024 features"),
+    (["--task", "digits", "--epochs", "0"], "must be >= 1"),
+    (["--task", "digits", "--batch", "0"], "must be >= 1"),
+    (["--lr", "0"], "lr must be positive"),
+    (["--task", "digits", "--momentum", "1"], "momentum must be in [0, 1)"),
 ])
 def test_train_refuses_bad_options(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:

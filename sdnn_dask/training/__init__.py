@@ -27,7 +27,7 @@ Examples
 
 from . import compiled, reference
 from .digits import DigitsData, load_digits_1024, train_digits
-from .loop import BACKENDS, batches, fit, gradients, predict, train_step
+from .loop import BACKENDS, batches, fit, fit_trainer, gradients, predict, train_step
 from .losses import softmax_cross_entropy
 from .model import Gradients, SparseModel, init_model, pattern_of
 from .optim import SGD
@@ -41,6 +41,7 @@ __all__ = [
     "batches",
     "compiled",
     "fit",
+    "fit_trainer",
     "gradients",
     "init_model",
     "load_digits_1024",

@@ -19,7 +19,7 @@ from .loop import BACKENDS, fit
 from .model import SparseModel, init_model
 from .optim import SGD
 
-__all__ = ["DigitsData", "load_digits_1024", "train_digits"]
+__all__ = ["DigitsData", "digits_model", "load_digits_1024", "train_digits"]
 
 #: Side of the upsampled image: 32 x 32 = 1024 features.
 SIDE = 32
@@ -96,6 +96,13 @@ def load_digits_1024(seed: int = 0, test_size: float = 0.2, method: str = "bilin
                       y_test)
 
 
+def digits_model(layers: int = 4, seed: int = 0, dtype: type = np.float32) -> SparseModel:
+    """The untrained model of the digits task: ``make_network(1024, layers, seed=seed)``'s
+    pattern with :func:`~sdnn_dask.training.init_model`'s values, ten classes."""
+    return init_model(make_network(SIDE * SIDE, layers, seed=seed), classes=10, seed=seed,
+                      dtype=dtype)
+
+
 def train_digits(
     layers: int = 4,
     epochs: int = 10,
@@ -147,8 +154,7 @@ def train_digits(
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     data = load_digits_1024(seed, test_size, method)
     dtype = np.float32 if backend == "compiled" else np.float64
-    model = init_model(make_network(SIDE * SIDE, layers, seed=seed), classes=10, seed=seed,
-                       dtype=dtype)
+    model = digits_model(layers, seed, dtype)
     optimizer = SGD(model, lr=lr, momentum=momentum, weight_decay=weight_decay)
     history = fit(model, data.x_train, data.y_train, data.x_test, data.y_test, epochs=epochs,
                   batch=batch, optimizer=optimizer, backend=backend, seed=seed)

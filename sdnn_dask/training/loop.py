@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -14,12 +15,16 @@ from .losses import as_labels
 from .model import Gradients, SparseModel
 from .optim import SGD
 
-__all__ = ["BACKENDS", "batches", "fit", "gradients", "predict", "train_step"]
+__all__ = ["BACKENDS", "HISTORY_COLUMNS", "TRAINER_HISTORY_COLUMNS", "batches", "fit",
+           "fit_trainer", "gradients", "predict", "step_bytes", "train_step"]
 
 #: The training paths: the plain float64 reference and the compiled float32 kernels.
 BACKENDS = ("reference", "compiled")
 
+#: The columns of :func:`fit`'s per-epoch history.
 HISTORY_COLUMNS = ["epoch", "loss", "train_accuracy", "test_accuracy", "seconds"]
+#: :func:`fit_trainer`'s: the same and the bytes the epoch's steps moved between workers.
+TRAINER_HISTORY_COLUMNS = [*HISTORY_COLUMNS, "bytes_moved"]
 
 
 def _check_backend(backend: str) -> None:
@@ -71,6 +76,55 @@ def batches(rows: int, batch: int, rng: np.random.Generator) -> Iterator[np.ndar
         yield order[s : s + batch]
 
 
+def step_bytes(step: object) -> int:
+    """Bytes a parallel trainer's step moved between workers: ``bytes_moved`` where the
+    step has it (data parallelism), else ``bytes_forward + bytes_backward`` (model
+    parallelism)."""
+    moved = getattr(step, "bytes_moved", None)
+    if moved is None:
+        moved = step.bytes_forward + step.bytes_backward
+    return int(moved)
+
+
+def _epochs(take_step: Callable[[np.ndarray, np.ndarray], tuple[float, int]],
+            current: Callable[[], SparseModel], x_train: np.ndarray, y_train: np.ndarray,
+            x_test: np.ndarray, y_test: np.ndarray, *, epochs: int, batch: int,
+            backend: str, seed: int) -> pd.DataFrame:
+    """The loop :func:`fit` and :func:`fit_trainer` share: ``epochs`` passes of
+    :func:`batches` (one ``default_rng(seed)`` for the whole run), ``take_step(x, labels)``
+    giving each step's loss and bytes moved, the accuracies of ``current()`` after each
+    epoch."""
+    _check_backend(backend)
+    if epochs < 0:
+        raise ValueError(f"epochs must be >= 0, got {epochs}")
+    classes = current().n_classes
+    y_train = as_labels(y_train, x_train.shape[0], classes)
+    y_test = as_labels(y_test, x_test.shape[0], classes)
+    rng = np.random.default_rng(seed)
+    rows = []
+    for epoch in range(1, epochs + 1):
+        total, seen, moved = 0.0, 0, 0
+        t0 = time.perf_counter()
+        for idx in batches(x_train.shape[0], batch, rng):
+            loss, step_moved = take_step(x_train[idx], y_train[idx])
+            total += loss * len(idx)
+            seen += len(idx)
+            moved += step_moved
+        seconds = time.perf_counter() - t0
+        model = current()
+        rows.append({
+            "epoch": epoch,
+            "loss": total / max(seen, 1),
+            "train_accuracy": float(np.mean(predict(model, x_train, backend) == y_train)),
+            "test_accuracy": float(np.mean(predict(model, x_test, backend) == y_test)),
+            "seconds": seconds,
+            "bytes_moved": moved,
+        })
+    return pd.DataFrame(rows, columns=TRAINER_HISTORY_COLUMNS).astype(
+        {"epoch": "int64", "loss": "float64", "train_accuracy": "float64",
+         "test_accuracy": "float64", "seconds": "float64", "bytes_moved": "int64"})
+
+
 def fit(model: SparseModel, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray,
         y_test: np.ndarray, *, epochs: int, batch: int, optimizer: SGD,
         backend: str = "compiled", seed: int = 0) -> pd.DataFrame:
@@ -89,38 +143,55 @@ def fit(model: SparseModel, x_train: np.ndarray, y_train: np.ndarray, x_test: np
     backend
         ``"compiled"`` (float32 kernels) or ``"reference"``.
     seed
-        Seeds the shuffling.
+        Seeds the shuffling (:func:`fit_trainer` with the same seed takes the same batches).
 
     Returns
     -------
     pandas.DataFrame
-        One row per epoch: ``epoch`` (1-based), ``loss`` (mean over the epoch's steps,
-        weighted by rows), ``train_accuracy`` and ``test_accuracy`` (after the epoch),
-        ``seconds`` (the epoch's training steps, evaluation excluded).
+        One row per epoch, :data:`HISTORY_COLUMNS`: ``epoch`` (1-based), ``loss`` (mean
+        over the epoch's steps, weighted by rows), ``train_accuracy`` and ``test_accuracy``
+        (after the epoch), ``seconds`` (the epoch's training steps, evaluation excluded).
     """
     _check_backend(backend)
-    if epochs < 0:
-        raise ValueError(f"epochs must be >= 0, got {epochs}")
-    y_train = as_labels(y_train, x_train.shape[0], model.n_classes)
-    y_test = as_labels(y_test, x_test.shape[0], model.n_classes)
-    rng = np.random.default_rng(seed)
     workspace = compiled.Workspace()
-    rows = []
-    for epoch in range(1, epochs + 1):
-        total, seen = 0.0, 0
-        t0 = time.perf_counter()
-        for idx in batches(x_train.shape[0], batch, rng):
-            total += train_step(model, x_train[idx], y_train[idx], optimizer, backend,
-                                workspace) * len(idx)
-            seen += len(idx)
-        seconds = time.perf_counter() - t0
-        rows.append({
-            "epoch": epoch,
-            "loss": total / max(seen, 1),
-            "train_accuracy": float(np.mean(predict(model, x_train, backend) == y_train)),
-            "test_accuracy": float(np.mean(predict(model, x_test, backend) == y_test)),
-            "seconds": seconds,
-        })
-    return pd.DataFrame(rows, columns=HISTORY_COLUMNS).astype(
-        {"epoch": "int64", "loss": "float64", "train_accuracy": "float64",
-         "test_accuracy": "float64", "seconds": "float64"})
+
+    def take_step(x: np.ndarray, labels: np.ndarray) -> tuple[float, int]:
+        return train_step(model, x, labels, optimizer, backend, workspace), 0
+
+    history = _epochs(take_step, lambda: model, x_train, y_train, x_test, y_test,
+                      epochs=epochs, batch=batch, backend=backend, seed=seed)
+    return history[HISTORY_COLUMNS]
+
+
+def fit_trainer(trainer: Any, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray,
+                y_test: np.ndarray, *, epochs: int, batch: int, seed: int = 0,
+                backend: str = "compiled") -> pd.DataFrame:
+    """:func:`fit` for any trainer: the same shuffled batches, each through
+    ``trainer.step(x, labels)``; the accuracies of ``trainer.model()`` after each epoch.
+
+    Parameters
+    ----------
+    trainer
+        Anything with ``.step(x, labels)`` (returning a result with ``.loss`` and the bytes
+        moved, see :func:`step_bytes`) and ``.model()`` (a copy of the current weights):
+        :class:`~.data_parallel.DataParallelTrainer`,
+        :class:`~.model_parallel.ModelParallelTrainer`, ... It is not closed here.
+    x_train, y_train, x_test, y_test, epochs, batch, seed
+        As in :func:`fit`: with the same ``seed``, the same batches in the same order.
+    backend
+        The path :func:`predict` evaluates ``trainer.model()`` with.
+
+    Returns
+    -------
+    pandas.DataFrame
+        :data:`TRAINER_HISTORY_COLUMNS`: :func:`fit`'s columns and ``bytes_moved``, the
+        bytes the epoch's steps moved between workers. ``seconds`` is the wall time of the
+        epoch's steps as the client sees it (the first epoch's includes the workers' first
+        calls of the kernels).
+    """
+    def take_step(x: np.ndarray, labels: np.ndarray) -> tuple[float, int]:
+        step = trainer.step(x, labels)
+        return float(step.loss), step_bytes(step)
+
+    return _epochs(take_step, trainer.model, x_train, y_train, x_test, y_test,
+                   epochs=epochs, batch=batch, backend=backend, seed=seed)
