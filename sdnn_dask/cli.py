@@ -562,6 +562,10 @@ def _check_train_task(args: argparse.Namespace) -> None:
         args.layers = args.layers or 120
         args.batches = args.batches or [64, 512]
         args.steps = args.steps or 3
+    smallest = args.batch if args.task == "digits" else min(args.batches)
+    if args.row_groups > smallest:
+        raise UsageError(f"--row-groups {args.row_groups}: every hybrid row group needs a row "
+                         f"of each batch, and the smallest batch has {smallest}")
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -579,7 +583,8 @@ def cmd_train(args: argparse.Namespace) -> int:
                  f"{args.batches}, {args.steps} steps each")
     with _cluster_client(args, progress) as client:
         steps = compare_training(client, network, batches=args.batches, steps=args.steps,
-                                 partitions=partitions, k=args.parts, seed=args.seed,
+                                 strategies=_train_strategies(args), partitions=partitions,
+                                 k=args.parts, row_groups=args.row_groups, seed=args.seed,
                                  lr=args.lr, momentum=args.momentum, progress=progress.say)
     print()
     print(report.to_text(summarise(steps)))
@@ -595,6 +600,11 @@ def cmd_train(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     return 0
+
+
+def _train_strategies(args: argparse.Namespace) -> list[str]:
+    """Data and model parallelism, and the hybrid unless ``--row-groups 1``."""
+    return ["data", "model"] + (["hybrid"] if args.row_groups > 1 else [])
 
 
 def _write_training(folder: Path, steps, progress: Progress) -> list[Path]:
@@ -641,7 +651,9 @@ def _train_digits(args: argparse.Namespace, partitions: list[str]) -> int:
                  f"{args.layers} layers, {args.epochs} epochs of batch {args.batch}")
     with _cluster_client(args, progress) as client:
         epochs = compare_digits(client, layers=args.layers, epochs=args.epochs,
-                                batch=args.batch, partitions=partitions, k=args.parts,
+                                batch=args.batch, strategies=_train_strategies(args),
+                                partitions=partitions, k=args.parts,
+                                row_groups=args.row_groups,
                                 seed=args.seed, lr=args.lr, momentum=args.momentum,
                                 data=data, progress=progress.say)
     shown = epochs.assign(mb_moved=epochs["bytes_moved"] / 1e6)
@@ -1015,6 +1027,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(block)")
     p.add_argument("-k", "--parts", type=POSITIVE, default=None,
                    help="neuron parts (default: one per worker)")
+    p.add_argument("--row-groups", type=POSITIVE, default=2,
+                   help="row groups of the hybrid runs, each run by its own copy of the k "
+                        "parts of every --model partition; 1: no hybrid runs (2)")
     p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (0.01)")
     p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (0.9)")
     _add_cluster_arguments(p)

@@ -19,7 +19,10 @@ def test_train_runs_every_strategy_and_records_each_step(tmp_path, capsys):
     assert list(steps.columns) == STEP_COLUMNS
     configs = set(zip(steps["strategy"], steps["partition"], strict=True))
     assert configs == {("serial", "none"), ("data", "block"), ("model", "block"),
-                       ("model", "hash")}
+                       ("model", "hash"), ("hybrid", "block"), ("hybrid", "hash")}
+    groups = steps.groupby("strategy")["row_groups"].unique()
+    assert {s: list(g) for s, g in groups.items()} == {"serial": [1], "data": [2],
+                                                       "model": [1], "hybrid": [2]}
     assert sorted(steps["batch"].unique()) == [16, 40]
     assert (steps.groupby(["strategy", "partition", "batch"]).size() == 2).all()
     assert (steps["check"] == "PASS").all()
@@ -30,12 +33,16 @@ def test_train_runs_every_strategy_and_records_each_step(tmp_path, capsys):
     model = steps[steps["strategy"] == "model"]
     per_row = model["bytes_moved"] / model["batch"]
     assert (per_row.groupby(model["partition"]).nunique() == 1).all()  # proportional
-    for line in ("serial", "data", "model"):
+    hybrid = steps[steps["strategy"] == "hybrid"]
+    # activations and errors as the model-parallel run's, plus a gradient per extra
+    # row group (within the workers here: 2 x 2 slots on 2 workers), none across workers
+    assert (hybrid["bytes_moved"].to_numpy() == model["bytes_moved"].to_numpy()).all()
+    for line in ("serial", "data", "model", "hybrid"):
         assert any(row.startswith(line) and row.endswith("PASS") for row in out.splitlines())
     # the report: the crossover said, printed and in training.md, the figure beside it
     assert "whatever the batch" in out and "below a batch of" in out
     text = (tmp_path / "training.md").read_text()
-    assert "| strategy | partition | workers | batch | seconds |" in text
+    assert "| strategy | partition | workers | row_groups | batch | seconds |" in text
     assert text.count("Model parallelism (") == 2  # block and hash
     assert "![bytes and seconds per step against the batch](training.png)" in text
     assert (tmp_path / "training.png").read_bytes().startswith(b"\x89PNG")
@@ -78,9 +85,9 @@ def test_the_report_without_matplotlib(tmp_path, monkeypatch):
     monkeypatch.setattr(figures, "require_matplotlib", missing)
     (tmp_path / "training.png").write_bytes(b"an earlier run's")
     steps = pd.DataFrame(
-        [("serial", "none", 1, 8, 1, 0.01, 1.0, 1.0, 0, "PASS"),
-         ("data", "block", 2, 8, 1, 0.02, 1.0, 1.0, 1000, "PASS"),
-         ("model", "block", 2, 8, 1, 0.03, 1.0, 1.0, 80, "PASS")], columns=STEP_COLUMNS)
+        [("serial", "none", 1, 1, 8, 1, 0.01, 1.0, 1.0, 0, "PASS"),
+         ("data", "block", 2, 2, 8, 1, 0.02, 1.0, 1.0, 1000, "PASS"),
+         ("model", "block", 2, 1, 8, 1, 0.03, 1.0, 1.0, 80, "PASS")], columns=STEP_COLUMNS)
     written = _write_training(tmp_path, steps, Progress(quiet=True))
     assert [p.name for p in written] == ["training.csv", "training.md"]
     text = (tmp_path / "training.md").read_text()
@@ -103,6 +110,9 @@ def test_the_report_without_matplotlib(tmp_path, monkeypatch):
     (["--task", "digits", "--batch", "0"], "must be >= 1"),
     (["--lr", "0"], "lr must be positive"),
     (["--task", "digits", "--momentum", "1"], "momentum must be in [0, 1)"),
+    (["--row-groups", "0"], "must be >= 1"),
+    (["--batches", "4,16", "--row-groups", "5"], "the smallest batch has 4"),
+    (["--task", "digits", "--batch", "2", "--row-groups", "3"], "the smallest batch has 2"),
 ])
 def test_train_refuses_bad_options(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:

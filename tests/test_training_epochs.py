@@ -117,9 +117,10 @@ def digits(client):
 def test_every_strategy_follows_the_serial_epochs(digits):
     assert list(digits.columns) == DIGITS_COLUMNS
     configs = list(dict.fromkeys(zip(digits["strategy"], digits["partition"], strict=True)))
-    assert configs == [("serial", "none"), ("data", "block"), ("model", "block")]
+    assert configs == [("serial", "none"), ("data", "block"), ("model", "block"),
+                       ("hybrid", "block")]
     assert (digits.groupby("strategy")["epoch"].apply(list) == pd.Series(
-        [[1, 2, 3]] * 3, index=["data", "model", "serial"])).all()
+        [[1, 2, 3]] * 4, index=["data", "hybrid", "model", "serial"])).all()
     assert (digits["check"] == "PASS").all()
     serial = digits[digits["strategy"] == "serial"].set_index("epoch")
     assert (serial["loss"] == serial["serial_loss"]).all()
@@ -135,7 +136,7 @@ def test_every_strategy_follows_the_serial_epochs(digits):
 
 def test_every_strategy_learns_the_digits(digits):
     final = digits[digits["epoch"] == digits["epoch"].max()]
-    assert len(final) == 3
+    assert len(final) == 4
     assert (final["test_accuracy"] >= 0.90).all(), final
 
 
@@ -154,8 +155,9 @@ def _steps() -> pd.DataFrame:
             moved = {"serial": 0, "data": 1_000_000}.get(
                 strategy, (10_000 if partition == "block" else 20_000) * batch)
             for step, jitter in ((1, -0.01), (2, 0.01)):  # medians: the times above
-                rows.append((strategy, partition, 1 if strategy == "serial" else 2, batch,
-                             step, s + jitter, 1.0, 1.0, moved, "PASS"))
+                workers = 1 if strategy == "serial" else 2
+                rows.append((strategy, partition, workers, 2 if strategy == "data" else 1,
+                             batch, step, s + jitter, 1.0, 1.0, moved, "PASS"))
     from sdnn_dask.training.compare import STEP_COLUMNS
 
     return pd.DataFrame(rows, columns=STEP_COLUMNS)
@@ -193,7 +195,7 @@ def test_no_crossover_without_both_strategies():
 def test_the_report_has_the_tables_the_sentences_and_the_figure():
     text = training_markdown(_steps(), figure="training.png")
     assert text.startswith("# Training steps")
-    assert "| strategy | partition | workers | batch | seconds |" in text  # summarise's
+    assert "| strategy | partition | workers | row_groups | batch | seconds |" in text
     assert "| model | block | 2 | 1.00 | 10.00 | 100.00 | 16,64,256 | 72.60 |" in text
     assert "below a batch of 100 rows" in text
     assert "![bytes and seconds per step against the batch](training.png)" in text

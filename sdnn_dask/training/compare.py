@@ -45,11 +45,12 @@ __all__ = ["CROSSOVER_COLUMNS", "DIGITS_COLUMNS", "STEP_COLUMNS", "TRAINERS", "c
            "summarise", "training_markdown"]
 
 #: The columns of :func:`compare_training`'s rows.
-STEP_COLUMNS = ["strategy", "partition", "workers", "batch", "step", "seconds", "loss",
-                "serial_loss", "bytes_moved", "check"]
+STEP_COLUMNS = ["strategy", "partition", "workers", "row_groups", "batch", "step", "seconds",
+                "loss", "serial_loss", "bytes_moved", "check"]
 
 #: The columns of :func:`compare_digits`'s rows.
-DIGITS_COLUMNS = ["strategy", "partition", "workers", "epoch", "loss", "serial_loss",
+DIGITS_COLUMNS = ["strategy", "partition", "workers", "row_groups", "epoch", "loss",
+                  "serial_loss",
                   "train_accuracy", "test_accuracy", "seconds", "bytes_moved", "check"]
 
 #: The columns of :func:`crossover`'s rows.
@@ -88,8 +89,8 @@ class TrainerKind:
     Attributes
     ----------
     build
-        ``build(client, model, partition, *, k, lr, momentum, seed)``: a trainer with
-        ``.step(x, labels)``, ``.model()``, ``.close()``, a context manager.
+        ``build(client, model, partition, *, k, row_groups, lr, momentum, seed)``: a
+        trainer with ``.step(x, labels)``, ``.model()``, ``.close()``, a context manager.
     per_partition
         One run per neuron partition (model parallelism); else one run, labelled
         ``"block"`` (data parallelism's contiguous row blocks).
@@ -100,21 +101,38 @@ class TrainerKind:
 
 
 def _data_parallel(client: Client, model: SparseModel, partition: str, *, k: int | None,
-                   lr: float, momentum: float, seed: int) -> DataParallelTrainer:
+                   row_groups: int, lr: float, momentum: float, seed: int
+                   ) -> DataParallelTrainer:
     return DataParallelTrainer(client, model, lr=lr, momentum=momentum)
 
 
 def _model_parallel(client: Client, model: SparseModel, partition: str, *, k: int | None,
-                    lr: float, momentum: float, seed: int) -> ModelParallelTrainer:
+                    row_groups: int, lr: float, momentum: float, seed: int
+                    ) -> ModelParallelTrainer:
     return ModelParallelTrainer(client, model, partition, k=k, lr=lr, momentum=momentum,
                                 seed=seed)
+
+
+def _hybrid(client: Client, model: SparseModel, partition: str, *, k: int | None,
+            row_groups: int, lr: float, momentum: float, seed: int) -> ModelParallelTrainer:
+    return ModelParallelTrainer(client, model, partition, k=k, row_groups=row_groups, lr=lr,
+                                momentum=momentum, seed=seed)
 
 
 #: The parallel strategies, by name (a new strategy is one entry).
 TRAINERS: dict[str, TrainerKind] = {
     "data": TrainerKind(_data_parallel, per_partition=False),
     "model": TrainerKind(_model_parallel, per_partition=True),
+    "hybrid": TrainerKind(_hybrid, per_partition=True),
 }
+
+#: Row groups of the hybrid runs unless told (each run by its own copy of the k parts).
+HYBRID_ROW_GROUPS = 2
+
+
+def row_groups_of(strategy: str, workers: int, row_groups: int) -> int:
+    """The row groups a strategy's run splits each batch into (data: one per worker)."""
+    return {"serial": 1, "data": workers, "model": 1}.get(strategy, row_groups)
 
 
 def runs(strategies: Sequence[str], partitions: Sequence[str]) -> list[tuple[str, str]]:
@@ -132,22 +150,23 @@ def runs(strategies: Sequence[str], partitions: Sequence[str]) -> list[tuple[str
 
 
 def make_trainer(client: Client, strategy: str, partition: str, model: SparseModel, *,
-                 k: int | None = None, lr: float, momentum: float = 0.0, seed: int = 0
-                 ) -> Any:
+                 k: int | None = None, row_groups: int = HYBRID_ROW_GROUPS, lr: float,
+                 momentum: float = 0.0, seed: int = 0) -> Any:
     """The trainer of ``strategy`` (a key of :data:`TRAINERS`) on ``partition``, starting
-    from a copy of ``model``."""
+    from a copy of ``model`` (``row_groups``: the hybrid's)."""
     if strategy not in TRAINERS:
         raise ValueError(f"strategy must be one of {', '.join(TRAINERS)}, got {strategy!r}")
-    return TRAINERS[strategy].build(client, model, partition, k=k, lr=lr, momentum=momentum,
-                                    seed=seed)
+    return TRAINERS[strategy].build(client, model, partition, k=k, row_groups=row_groups,
+                                    lr=lr, momentum=momentum, seed=seed)
 
 
 def compare_training(client: Client, network: Network, *, batches: Sequence[int] = (64, 512),
-                     steps: int = 3, strategies: Sequence[str] = ("data", "model"),
+                     steps: int = 3, strategies: Sequence[str] = ("data", "model", "hybrid"),
                      partitions: Sequence[str] = ("block",), k: int | None = None,
-                     classes: int = 10, seed: int = 0, lr: float = 0.01, momentum: float = 0.9,
+                     row_groups: int = HYBRID_ROW_GROUPS, classes: int = 10, seed: int = 0,
+                     lr: float = 0.01, momentum: float = 0.9,
                      progress: Callable[[str], None] | None = None) -> pd.DataFrame:
-    """Time ``steps`` training steps per batch size: serial, data and model parallel.
+    """Time ``steps`` training steps per batch size: serial, data, model parallel, hybrid.
 
     Parameters
     ----------
@@ -160,6 +179,8 @@ def compare_training(client: Client, network: Network, *, batches: Sequence[int]
     strategies, partitions
         The parallel strategies (keys of :data:`TRAINERS`), and the neuron partitions of
         those that take one (``()``: none), ``k`` parts (default: one per worker).
+    row_groups
+        The hybrid's row groups (each run by its own copy of the ``k`` parts).
     classes, seed, lr, momentum
         Readout classes (the labels are random: this is about time and bytes), the seed
         of the values, inputs and labels, and the SGD settings.
@@ -190,8 +211,8 @@ def compare_training(client: Client, network: Network, *, batches: Sequence[int]
                     + (f"{partition} parts" if TRAINERS[strategy].per_partition
                        else "model copies"))
                 trainers.append((strategy, partition, workers, make_trainer(
-                    client, strategy, partition, start_model, k=k, lr=lr, momentum=momentum,
-                    seed=seed)))
+                    client, strategy, partition, start_model, k=k, row_groups=row_groups,
+                    lr=lr, momentum=momentum, seed=seed)))
             for s in range(steps + 1):  # step 0 untimed: compilation, first transfers
                 x = inputs[s * batch:(s + 1) * batch]
                 y = labels[s * batch:(s + 1) * batch]
@@ -199,14 +220,15 @@ def compare_training(client: Client, network: Network, *, batches: Sequence[int]
                 expected = train_step(serial, x, y, optimizer)
                 serial_s = time.perf_counter() - t0
                 if s:
-                    out.append(("serial", "none", 1, batch, s, serial_s, expected, expected,
-                                0, "PASS"))
+                    out.append(("serial", "none", 1, 1, batch, s, serial_s, expected,
+                                expected, 0, "PASS"))
                 for strategy, partition, used, trainer in trainers:
                     step = trainer.step(x, y)
                     ok = np.isclose(step.loss, expected, rtol=LOSS_RTOL, atol=0.0)
                     if s:
-                        out.append((strategy, partition, used, batch, s, step.seconds,
-                                    step.loss, expected, step_bytes(step),
+                        out.append((strategy, partition, used,
+                                    row_groups_of(strategy, used, row_groups), batch, s,
+                                    step.seconds, step.loss, expected, step_bytes(step),
                                     "PASS" if ok else "FAIL"))
                 say(f"batch {batch}: step {s} of {steps} done" + (" (untimed)" if not s
                                                                   else ""))
@@ -219,7 +241,7 @@ def compare_training(client: Client, network: Network, *, batches: Sequence[int]
 def summarise(steps: pd.DataFrame) -> pd.DataFrame:
     """Per strategy, partition and batch: median seconds per step, against the serial
     step, MB moved per step, and whether every step passed."""
-    keys = ["strategy", "partition", "workers", "batch"]
+    keys = ["strategy", "partition", "workers", "row_groups", "batch"]
     table = (steps.groupby(keys, sort=False)
              .agg(seconds=("seconds", "median"), mb_per_step=("bytes_moved", "median"),
                   check=("check", lambda c: "PASS" if (c == "PASS").all() else "FAIL"))
@@ -347,7 +369,7 @@ def training_markdown(steps: pd.DataFrame, figure: str | None = None,
         bytes_crossover_batch=table["bytes_crossover_batch"].round(1),
         seconds_crossover_batch=table["seconds_crossover_batch"].round(1))
     lines = [
-        "# Training steps: serial, data and model parallelism", "",
+        "# Training steps: serial, data and model parallelism, hybrid", "",
         "Median seconds per step over the timed steps of each batch size (after an untimed "
         "one), against the serial compiled step, and MB moved between workers per step; "
         f"every step's loss checked against the serial step's (within {LOSS_RTOL:g}).", "",
@@ -371,8 +393,9 @@ def training_markdown(steps: pd.DataFrame, figure: str | None = None,
 
 
 def compare_digits(client: Client, *, layers: int = 4, epochs: int = 5, batch: int = 32,
-                   strategies: Sequence[str] = ("data", "model"),
+                   strategies: Sequence[str] = ("data", "model", "hybrid"),
                    partitions: Sequence[str] = ("block",), k: int | None = None,
+                   row_groups: int = HYBRID_ROW_GROUPS,
                    seed: int = 0, lr: float = 0.01, momentum: float = 0.9,
                    data: DigitsData | None = None, loss_rtol: float = EPOCH_LOSS_RTOL,
                    progress: Callable[[str], None] | None = None) -> pd.DataFrame:
@@ -420,8 +443,8 @@ def compare_digits(client: Client, *, layers: int = 4, epochs: int = 5, batch: i
     histories = [("serial", "none", 1, serial.assign(bytes_moved=0))]
     for strategy, partition in configs:
         say(f"digits: {strategy} parallel ({partition}), {epochs} epochs")
-        with make_trainer(client, strategy, partition, start, k=k, lr=lr, momentum=momentum,
-                          seed=seed) as trainer:
+        with make_trainer(client, strategy, partition, start, k=k, row_groups=row_groups,
+                          lr=lr, momentum=momentum, seed=seed) as trainer:
             histories.append((strategy, partition, workers, fit_trainer(
                 trainer, *arrays, epochs=epochs, batch=batch, seed=seed)))
     frames = []
@@ -430,6 +453,7 @@ def compare_digits(client: Client, *, layers: int = 4, epochs: int = 5, batch: i
               & ((history["test_accuracy"] - serial["test_accuracy"]).abs()
                  <= ACCURACY_TOL + 1e-12))
         frames.append(history.assign(strategy=strategy, partition=partition, workers=used,
+                                     row_groups=row_groups_of(strategy, used, row_groups),
                                      serial_loss=serial["loss"],
                                      check=np.where(ok, "PASS", "FAIL")))
     return pd.concat(frames, ignore_index=True)[DIGITS_COLUMNS]

@@ -79,10 +79,11 @@ def batches(rows: int, batch: int, rng: np.random.Generator) -> Iterator[np.ndar
 def step_bytes(step: object) -> int:
     """Bytes a parallel trainer's step moved between workers: ``bytes_moved`` where the
     step has it (data parallelism), else ``bytes_forward + bytes_backward`` (model
-    parallelism)."""
+    parallelism) plus ``bytes_gradient`` (the hybrid's gradients across row groups)."""
     moved = getattr(step, "bytes_moved", None)
     if moved is None:
-        moved = step.bytes_forward + step.bytes_backward
+        moved = (step.bytes_forward + step.bytes_backward
+                 + getattr(step, "bytes_gradient", 0))
     return int(moved)
 
 
