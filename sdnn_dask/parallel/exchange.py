@@ -46,6 +46,11 @@ STREAM_OP = "sdnn_exchange_stream"
 #: Run tokens remembered after their run ended here, so late pieces are dropped.
 CLOSED_TOKENS = 4096
 
+#: The exchanges of the workers in this process, by address: a threaded cluster's workers
+#: (``LocalCluster(processes=False)``) hand pieces to each other directly.
+_IN_PROCESS: dict[str, PieceExchange] = {}
+_IN_PROCESS_LOCK = threading.Lock()
+
 
 class RunAborted(RuntimeError):
     """A direct run was stopped from outside (its client cancelled or interrupted it)."""
@@ -123,6 +128,8 @@ class PieceExchange(WorkerPlugin):
         self._peers: dict[str, _Peer] = {}
         worker.handlers[STREAM_OP] = self._serve
         worker.extensions[EXTENSION] = self
+        with _IN_PROCESS_LOCK:
+            _IN_PROCESS[worker.address] = self
 
     def teardown(self, worker: Any) -> None:
         for run in list(self._runs.values()):
@@ -131,6 +138,9 @@ class PieceExchange(WorkerPlugin):
             peer.abort()
         worker.handlers.pop(STREAM_OP, None)
         worker.extensions.pop(EXTENSION, None)
+        with _IN_PROCESS_LOCK:
+            if _IN_PROCESS.get(worker.address) is self:
+                del _IN_PROCESS[worker.address]
 
     # -- runs -------------------------------------------------------------------------
 
@@ -204,15 +214,18 @@ class PieceExchange(WorkerPlugin):
         try:
             while True:
                 msg = await comm.read()
-                if msg.get("op") != "piece":
-                    continue
-                run = self._run(msg["token"])
-                if run is not None:  # None: the run already ended here
-                    run.put(msg["group"], msg["layer"], msg["parts"], msg["source"],
-                            Arrived(msg["payload"], msg.get("sent", 0.0), time.time()))
+                if msg.get("op") == "piece":
+                    self._file(msg, time.time())
         except (CommClosedError, OSError):
             self._peer_lost(sender)
         return Status.dont_reply
+
+    def _file(self, msg: dict[str, Any], arrived: float) -> None:
+        """Put a piece message in its run's mailbox (dropped if the run ended here)."""
+        run = self._run(msg["token"])
+        if run is not None:
+            run.put(msg["group"], msg["layer"], msg["parts"], msg["source"],
+                    Arrived(msg["payload"], msg.get("sent", 0.0), arrived))
 
     # -- sending ----------------------------------------------------------------------
 
@@ -220,7 +233,16 @@ class PieceExchange(WorkerPlugin):
         """Queue ``msg`` to the worker at ``address`` (thread-safe, returns at once).
 
         The future's result is the bytes written on the wire; its exception a
-        :exc:`WorkerLostError` naming ``address`` if the connection failed."""
+        :exc:`WorkerLostError` naming ``address`` if the connection failed. A worker in
+        this process (a threaded cluster) gets the message filed in its mailbox at once,
+        by this thread: no event loop, no wire (0 bytes written)."""
+        with _IN_PROCESS_LOCK:
+            peer_here = _IN_PROCESS.get(address)
+        if peer_here is not None and peer_here is not self:
+            peer_here._file(msg, time.time())
+            done: ConcurrentFuture = ConcurrentFuture()
+            done.set_result(0)
+            return done
         with self._lock:
             peer = self._peers.get(address)
             if peer is None:

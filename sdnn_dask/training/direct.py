@@ -82,6 +82,7 @@ class _Slot:
         self.wait_s = 0.0
         self.send_s = 0.0
         self.sent: list[Any] = []
+        self.checked = 0
 
     def send(self, phase: int, counter: str, group: int, layer: int, part: int,
              source: int, array: np.ndarray) -> None:
@@ -111,10 +112,11 @@ class _Slot:
         return {q: unpack(v) for q, v in got.items()}
 
     def check_sends(self) -> None:
-        """Raise if a send already failed (its future holds a WorkerLostError)."""
-        for future in self.sent:
-            if future.done():
-                future.result()
+        """Raise if a send already failed (its future holds a WorkerLostError); each
+        future is looked at until it is done, once."""
+        while self.checked < len(self.sent) and self.sent[self.checked].done():
+            self.sent[self.checked].result()
+            self.checked += 1
 
     def flush(self) -> None:
         """Wait until every message this slot sent is written."""
