@@ -216,6 +216,31 @@ def add_rows(dst, dst_rows, src, src_rows):  # pragma: no cover
             d[r] += s[r]
 
 
+@numba.njit(nogil=True, cache=True, fastmath=_FAST)
+def gather_delta(srcs, ptr, src, row, yt, ymax, out, db):  # pragma: no cover
+    """A slice's ``delta^T`` from partial errors, in one pass: for each of its neurons
+    ``j``, ``dY^T[j] = sum`` of the rows ``srcs[src[c]][row[c]]``, ``c`` in
+    ``ptr[j]..ptr[j+1]`` (in that order, from 0), then masked by ``0 < yt[j] < ymax``
+    into ``out[j]``, and ``db[j]`` its sum (what :func:`delta_t` makes of the sum)."""
+    n, rows = yt.shape
+    zero = np.float32(0.0)
+    for j in range(n):
+        d = out[j]
+        for r in range(rows):
+            d[r] = zero
+        for c in range(ptr[j], ptr[j + 1]):
+            s = srcs[src[c]][row[c]]
+            for r in range(rows):
+                d[r] += s[r]
+        y = yt[j]
+        acc = zero
+        for r in range(rows):
+            v = d[r] if (y[r] > zero) & (y[r] < ymax) else zero
+            d[r] = v
+            acc += v
+        db[j] = acc
+
+
 def _identity(n: int) -> np.ndarray:
     return np.arange(n, dtype=np.int64)
 

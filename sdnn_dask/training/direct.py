@@ -51,15 +51,15 @@ from ..parallel.direct import PIECE_TIMEOUT, POLL_SECONDS
 from ..parallel.exchange import EXTENSION, PieceExchange, RunAborted, pack, unpack, wait_pieces
 from ..parallel.faults import WorkerLostError
 from .compiled import (
-    add_rows,
     delta_t,
+    gather_delta,
     gather_rows,
     layer_backward_t,
     sampled_gradient_t,
 )
 from .losses import softmax_cross_entropy
 from .model import Gradients
-from .parts import PARTS, apply_update
+from .parts import PARTS, apply_update, sum_plan
 
 #: Phases of a step (the low 3 bits of a message's key group).
 FORWARD, LOGITS, DLOGITS, BACKWARD, REDUCE, GATHER = range(6)
@@ -195,6 +195,10 @@ class _PartWorkspace:
             for ix in list(sl.fetch.values()) + list(sl.send.values()):
                 if len(ix) not in self.ranges:
                     self.ranges[len(ix)] = np.arange(len(ix), dtype=np.int64)
+        # backward, per layer below the top: where each neuron's partial errors come
+        # from (source 0 this part's own, then its readers in part order), as CSR
+        self.sums = [sum_plan(sl, part, layers[i + 1].fetch.get(part))
+                     if i + 1 < len(layers) else None for i, sl in enumerate(layers)]
 
     def arange(self, n: int) -> np.ndarray:
         return self.ranges[n]
@@ -276,17 +280,21 @@ def _part_forward_backward(slot: _Slot, state: Any, x_t: np.ndarray, labels: np.
         dyt = ws.dyt[:len(sl.own) * rows].reshape(len(sl.own), rows)
         if layer == n_layers:
             np.matmul(state.readout, dlogits.T, out=dyt)
+            delta, sl.grad_b = delta_t(dyt, sl.outputs, state.ymax, out=dyt)
         else:
-            # its own partial errors first (they are ready), then the peers' in part
-            # order, as the graph transport adds them
-            dyt[...] = 0.0
-            if part in sl.send:
-                add_rows(dyt, sl.send[part], above.partial, above.fetch[part])
-            readers = [q for q in sl.send if q != part]
-            got = slot.receive(BACKWARD, layer, sorted(readers))
-            for q in sorted(got):
-                add_rows(dyt, sl.send[q], got[q], ws.arange(len(got[q])))
-        delta, sl.grad_b = delta_t(dyt, sl.outputs, state.ymax, out=dyt)
+            # its own partial errors first, then the peers' in part order (as the graph
+            # transport adds them), summed and masked in one pass
+            readers, ptr, src, row = ws.sums[layer - 1]
+            got = slot.receive(BACKWARD, layer, [q for q in readers if q != part])
+            srcs = tuple(np.require(above.partial if q == part else got[q], np.float32,
+                                    ["C", "W"]) for q in readers)
+            sl.grad_b = np.empty(len(sl.own), np.float32)
+            if srcs:
+                gather_delta(srcs, ptr, src, row, sl.outputs, ymax, dyt, sl.grad_b)
+            else:  # no part reads these neurons: no error reaches them
+                dyt[...] = 0.0
+                sl.grad_b[:] = 0.0
+            delta = dyt
         grad = np.empty(sl.w.nnz, np.float32)
         if layer > 1:
             sl.partial = ws.partials(layer, len(sl.needed))

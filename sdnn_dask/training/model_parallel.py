@@ -51,7 +51,13 @@ from distributed import Client, wait
 
 from ..parallel.direct import connect_peers, ensure_exchange, gather_direct
 from ..partition import NeuronPartition, make_neuron_partition
-from .compiled import delta_t, layer_backward_t, layer_forward_t, sampled_gradient_t
+from .compiled import (
+    delta_t,
+    gather_delta,
+    layer_backward_t,
+    layer_forward_t,
+    sampled_gradient_t,
+)
 from .direct import chunks, run_slot
 from .losses import as_labels, softmax_cross_entropy
 from .model import SparseModel
@@ -64,6 +70,7 @@ from .parts import (
     pattern_network,
     place_part,
     slice_model,
+    sum_plan,
 )
 
 __all__ = ["ModelParallelStep", "ModelParallelTrainer"]
@@ -140,20 +147,30 @@ def _backward(trainer: str, p: int, layer: int, top: tuple[float, np.ndarray] | 
         dlogits = top[1]
         dyt = state.readout @ dlogits.T
         state.grad_r = sl.outputs @ dlogits
+        delta, sl.grad_b = delta_t(dyt, sl.outputs, state.ymax, out=dyt)
     else:
-        dyt = np.zeros((len(sl.own), rows), np.float32)
         sources = {q: piece for q, piece in pieces.items()}
         for q in local:
             src = PARTS[(trainer, q)].layers[layer]
-            sources[q] = src.partial[src.fetch[p]]
+            sources[q] = np.ascontiguousarray(src.partial[src.fetch[p]])
             if q != p:
                 read += sources[q].nbytes
         moved = sum(piece.nbytes for piece in pieces.values())
-        # its own partial errors first, then the others' in part order (as the direct
-        # transport adds them): the sum does not depend on placement
-        for q in sorted(sources, key=lambda q: (q != p, q)):
-            dyt[sl.send[q]] += sources[q]
-    delta, sl.grad_b = delta_t(dyt, sl.outputs, state.ymax, out=dyt)
+        # its own partial errors first, then the others' in part order, summed and masked
+        # as the direct transport does: the sum does not depend on placement
+        if sl.sum_plan is None:
+            sl.sum_plan = sum_plan(sl, p)
+        readers, ptr, src_ix, row = sl.sum_plan
+        dyt = np.empty((len(sl.own), rows), np.float32)
+        sl.grad_b = np.zeros(len(sl.own), np.float32)
+        if readers:
+            gather_delta(tuple(np.require(sources[q], np.float32, ["C", "W"])
+                               for q in readers),
+                         ptr, src_ix, row, sl.outputs, np.float32(state.ymax), dyt,
+                         sl.grad_b)
+        else:  # no part reads these neurons: no error reaches them
+            dyt[...] = 0.0
+        delta = dyt
     if layer > 1:
         sl.partial, sl.grad_w, _ = layer_backward_t(delta, sl.inputs, sl.w, None, sl.order_bwd)
     else:

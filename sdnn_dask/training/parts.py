@@ -51,6 +51,8 @@ class _Slice:
     grad_w: np.ndarray | None = None
     grad_b: np.ndarray | None = None
     partial: np.ndarray | None = None
+    # how its errors are summed (parts.sum_plan), made on first use
+    sum_plan: Any = None
 
 
 @dataclass(eq=False)
@@ -98,6 +100,32 @@ def _step_param(p: np.ndarray, g: np.ndarray, v: np.ndarray | None, state: _Part
             v.reshape(-1) if v is not None else flat[:0], dtype(state.lr),
             dtype(state.momentum), dtype(state.weight_decay if decays else 0.0),
             v is not None)
+
+
+def sum_plan(sl: _Slice, part: int, own_rows: np.ndarray | None = None
+             ) -> tuple[list[int], np.ndarray, np.ndarray, np.ndarray]:
+    """How a slice's errors are summed (:func:`~.compiled.gather_delta`), the same on
+    both transports: the parts that read its neurons in the next layer (this part first,
+    if it reads its own, then the others in part order), and per neuron the (source,
+    row) pairs of its partial errors in that order, as CSR ``ptr, src, row``.
+
+    Every source's piece holds the neurons it reads in the order of ``sl.send[q]``;
+    ``own_rows`` (the direct transport, which reads its own partials in place) says where
+    this part's own are instead."""
+    readers = ([part] if part in sl.send else []) + sorted(q for q in sl.send if q != part)
+    n = len(sl.own)
+    pairs: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    for s_index, q in enumerate(readers):
+        rows = (own_rows if q == part and own_rows is not None
+                else np.arange(len(sl.send[q])))
+        for j, r in zip(sl.send[q].tolist(), rows.tolist(), strict=True):
+            pairs[j].append((s_index, r))
+    ptr = np.zeros(n + 1, np.int64)
+    ptr[1:] = np.cumsum([len(p) for p in pairs])
+    flat = [pair for p in pairs for pair in p]
+    src = np.array([a for a, _ in flat], np.int64)
+    row = np.array([b for _, b in flat], np.int64)
+    return readers, ptr, src, row
 
 
 def apply_update(state: _Part) -> None:
