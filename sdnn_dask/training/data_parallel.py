@@ -30,6 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 from distributed import Client, wait
 
+from ..allocator import tune_allocator
 from ..parallel.direct import connect_peers, ensure_exchange, gather_direct
 from .compiled import Workspace
 from .direct import chunks, run_slot
@@ -172,6 +173,8 @@ class DataParallelTrainer:
         if transport == "direct":
             ensure_exchange(client)
             connect_peers(client, self.workers)
+        # see sdnn_dask.allocator: the pieces and tiles of every step without page faults
+        client.run(tune_allocator, workers=sorted({w for w in self.workers}))
 
     @property
     def n_workers(self) -> int:

@@ -49,6 +49,7 @@ import numpy as np
 import scipy.sparse as sp
 from distributed import Client, wait
 
+from ..allocator import tune_allocator
 from ..parallel.direct import connect_peers, ensure_exchange, gather_direct
 from ..partition import NeuronPartition, make_neuron_partition
 from .compiled import (
@@ -334,6 +335,8 @@ class ModelParallelTrainer:
         if transport == "direct":
             ensure_exchange(client)
             connect_peers(client, sorted(set(w for row in self.route for w in row)))
+        # see sdnn_dask.allocator: the pieces and tiles of every step without page faults
+        client.run(tune_allocator, workers=sorted({w for w in self.workers}))
 
     def _key(self, group: int) -> str:
         """The state key of row group ``group``'s parts on their workers."""
