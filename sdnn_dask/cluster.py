@@ -296,6 +296,10 @@ def make_local_cluster(
     if security is None:
         security = profile_security
     options.setdefault("processes", True)
+    if not options["processes"]:
+        # threads of this process: in-process comms, nothing listens on the network
+        options.pop("host", None)
+        options.pop("interface", None)
     # host and dashboard_address come from sdnn.local: loopback. The scheduler always serves
     # HTTP (health, and the dashboard when bokeh is installed), on a free port there, so
     # clusters never collide on 8787.

@@ -260,3 +260,36 @@ def test_bad_arguments(client):
             trainer.step(np.zeros((3, 15), np.float32), np.zeros(3, int))
         with pytest.raises(ValueError, match="labels must have shape"):
             trainer.step(np.zeros((3, 16), np.float32), np.zeros(2, int))
+
+
+def test_every_trainer_on_a_threaded_cluster():
+    """Workers as threads of one process share the trainers' modules and get the very
+    objects scattered: each worker, and each row group, must still keep its own copy, and
+    the pieces handed over in memory must give the serial run's weights."""
+    from sdnn_dask.cluster import local_client
+    from sdnn_dask.training.data_parallel import DataParallelTrainer
+
+    rng = np.random.default_rng(9)
+    model = init_model(_pattern(rng, 48, 3), 4, seed=2)
+    batches = [_batch(rng, 48, 23, 4) for _ in range(3)]
+    serial = model.copy()
+    optimizer = SGD(serial, 0.05, momentum=0.9)
+    for x, labels in batches:
+        train_step(serial, x, labels, optimizer)
+    with local_client(2, processes=False) as client:
+        assert all(w.startswith("inproc://") for w in client.scheduler_info()["workers"])
+        trainers = [DataParallelTrainer(client, model, lr=0.05, momentum=0.9),
+                    ModelParallelTrainer(client, model, _partition(model, 2, "block"),
+                                         lr=0.05, momentum=0.9),
+                    ModelParallelTrainer(client, model, _partition(model, 2, "hash"),
+                                         lr=0.05, momentum=0.9, row_groups=2)]
+        try:
+            for trainer in trainers:
+                for x, labels in batches:
+                    trainer.step(x, labels)
+                _close(trainer.model(), serial)
+            _close(trainers[0].model(1), serial)  # the other worker's copy
+            _close(trainers[2].model(1), serial)  # the other row group's parts
+        finally:
+            for trainer in trainers:
+                trainer.close()

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from distributed import Client, wait
+from distributed import Client, get_worker, wait
 
 from ..allocator import tune_allocator
 from ..parallel.direct import connect_peers, ensure_exchange, gather_direct
@@ -43,25 +43,32 @@ __all__ = ["TRANSPORTS", "DataParallelTrainer", "StepResult"]
 #: The transports of :class:`DataParallelTrainer`; the first is the default.
 TRANSPORTS = ("direct", "graph")
 
-#: Each worker's trainers, by id: its model copy, optimiser and workspace.
-_STATE: dict[str, tuple[SparseModel, SGD, Workspace]] = {}
+#: Each worker's trainers, by (trainer id, worker address): its model copy, optimiser and
+#: workspace (the address too, so the workers of a threaded cluster, which share this
+#: module, keep a copy each).
+_STATE: dict[tuple[str, str], tuple[SparseModel, SGD, Workspace]] = {}
+
+
+def held(trainer: str) -> tuple[SparseModel, SGD, Workspace]:
+    """This worker's copy of ``trainer``'s model, its optimiser and workspace."""
+    return _STATE[(trainer, get_worker().address)]
 
 
 def _place(trainer: str, model: SparseModel, lr: float, momentum: float,
            weight_decay: float) -> str:
     copy = model.copy()  # this worker's own: updated in place every step
-    _STATE[trainer] = (copy, SGD(copy, lr, momentum=momentum, weight_decay=weight_decay),
-                       Workspace())
+    _STATE[(trainer, get_worker().address)] = (
+        copy, SGD(copy, lr, momentum=momentum, weight_decay=weight_decay), Workspace())
     return trainer
 
 
 def _drop(trainer: str) -> bool:
-    return _STATE.pop(trainer, None) is not None
+    return _STATE.pop((trainer, get_worker().address), None) is not None
 
 
 def _block_gradients(trainer: str, x: Any, labels: np.ndarray, share: float,
                      backend: str) -> tuple[float, Gradients]:
-    model, _, workspace = _STATE[trainer]
+    model, _, workspace = held(trainer)
     loss, grads = gradients(model, x, labels, backend,
                             workspace if backend == "compiled" else None)
     return loss * share, _scaled(grads, share)
@@ -82,13 +89,13 @@ def _add(a: tuple[float, Gradients], b: tuple[float, Gradients]) -> tuple[float,
 
 
 def _apply(trainer: str, total: tuple[float, Gradients]) -> float:
-    _, optimizer, _ = _STATE[trainer]
+    _, optimizer, _ = held(trainer)
     optimizer.step(total[1])
     return total[0]
 
 
 def _fetch(trainer: str) -> SparseModel:
-    return _STATE[trainer][0]
+    return held(trainer)[0]
 
 
 def gradient_bytes(model: SparseModel) -> int:

@@ -357,7 +357,7 @@ def run_slot(key: str, token: str, group: int, part: int, groups: int, parts: in
     key
         The trainer's state key on this worker: a part's (its :data:`~.parts.PARTS` key
         is ``(key, part)``) or, with ``whole``, a data-parallel copy's
-        (:data:`~.data_parallel._STATE`).
+        (:func:`~.data_parallel.held`).
     token
         The step's run token (a new one every step).
     group, part, groups, parts
@@ -432,10 +432,10 @@ def run_slot(key: str, token: str, group: int, part: int, groups: int, parts: in
 def _data_step(slot: _Slot, key: str, groups: int, x: Any, labels: np.ndarray,
                share: float, backend: str) -> float:
     """A whole-model slot: the serial kernels on its rows, the gradient all-reduced."""
-    from .data_parallel import _STATE
+    from .data_parallel import held
     from .loop import gradients
 
-    model, optimizer, workspace = _STATE[key]
+    model, optimizer, workspace = held(key)
     arrays = model.parameters()
     if x.shape[0]:
         loss, grads = gradients(model, x, labels, backend,

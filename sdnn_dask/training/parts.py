@@ -13,6 +13,7 @@ group ``g`` uses the trainer key ``f"{trainer}/g{g}"``, so each group's parts ar
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,6 +81,10 @@ PARTS: dict[tuple[str, int], _Part] = {}
 
 
 def place_part(trainer: str, state: _Part) -> int:
+    """Keep ``state`` here as ``trainer``'s part. A threaded cluster's workers are given
+    the very object scattered, once per row group: every group then gets its own copy."""
+    if any(held is state for held in PARTS.values()):
+        state = copy.deepcopy(state)
     PARTS[(trainer, state.part)] = state
     return state.part
 
