@@ -24,6 +24,7 @@ them drift apart slowly over 120 layers). The hypergraph partition needs the
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import statistics
 import sys
 import time
@@ -65,15 +66,64 @@ def _moved(step) -> tuple[int, int, int, int]:
             step.predicted_bytes)
 
 
+def _run(client: Client, kind: str, network, partitions: dict, inputs, labels, args,
+         graph: bool) -> list[tuple]:
+    """Every configuration at every batch size on one cluster; one line per batch."""
+    lines = []
+    for batch in args.batches:
+        model = init_model(network, 10, seed=1)
+        serial = model.copy()
+        optimizer = SGD(serial, 0.01, momentum=0.9)
+        reference = model.astype(np.float64)
+        ref_opt = SGD(reference, 0.01, momentum=0.9)
+        start = time.perf_counter()
+        train_step(reference, inputs[:batch], labels[:batch], ref_opt, "reference")
+        ref_s = time.perf_counter() - start
+        trainers = _trainers(client, model, partitions, graph)
+        try:
+            # one untimed step each: compilation, placement, connections
+            train_step(serial, inputs[:batch], labels[:batch], optimizer)
+            for trainer in trainers.values():
+                trainer.step(inputs[:batch], labels[:batch])
+            comp = []
+            took: dict[str, list[float]] = {name: [] for name in trainers}
+            moved: dict[str, tuple[int, int, int, int]] = {}
+            for s in range(1, args.steps + 1):
+                x, y = inputs[s * batch:(s + 1) * batch], labels[s * batch:(s + 1) * batch]
+                start = time.perf_counter()
+                expected = train_step(serial, x, y, optimizer)
+                comp.append(time.perf_counter() - start)
+                for name, trainer in trainers.items():
+                    step = trainer.step(x, y)
+                    took[name].append(step.seconds)
+                    moved[name] = _moved(step)
+                    # float32 sums in another order drift apart slowly over 120 layers
+                    if not np.isclose(step.loss, expected, rtol=1e-3):
+                        raise SystemExit(f"batch {batch}, step {s}, {name}: loss "
+                                         f"{step.loss} against {expected} serially")
+        finally:
+            for trainer in trainers.values():
+                trainer.close()
+        c = statistics.median(comp)
+        lines.append((kind, batch, ref_s, c,
+                      {n: statistics.median(t) for n, t in took.items()}, moved))
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--layers", type=int, default=120)
     parser.add_argument("--batches", type=int, nargs="+", default=[64, 512])
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--partitions", nargs="+", default=["block", "hypergraph"])
+    parser.add_argument("--clusters", nargs="+", choices=["processes", "threads"],
+                        default=["processes", "threads"],
+                        help="LocalClusters to run on: 2 worker processes (the comms of a "
+                             "real cluster), 2 worker threads of this process (one machine)")
     parser.add_argument("--no-graph", dest="graph", action="store_false",
                         help="leave out the graph-transport baselines (slow at 120 layers)")
     args = parser.parse_args(argv)
+    faulthandler.enable()  # a crash in a kernel or a thread leaves its traceback
 
     network = make_network(1024, args.layers)
     partitions = {m: make_neuron_partition(network, 2, m, cache=m == "hypergraph")
@@ -83,56 +133,24 @@ def main(argv: list[str] | None = None) -> int:
     inputs = make_inputs(rows, 1024, seed=0).toarray()
     labels = rng.integers(0, 10, rows)
     print(f"1024-{args.layers}, {network.edges:,} weights; batches {args.batches}, "
-          f"{args.steps} steps each (medians); 2 workers", file=sys.stderr)
+          f"{args.steps} steps each (medians); 2 workers: {', '.join(args.clusters)}",
+          file=sys.stderr)
     lines = []
-    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
-        for batch in args.batches:
-            model = init_model(network, 10, seed=1)
-            serial = model.copy()
-            optimizer = SGD(serial, 0.01, momentum=0.9)
-            reference = model.astype(np.float64)
-            ref_opt = SGD(reference, 0.01, momentum=0.9)
-            start = time.perf_counter()
-            train_step(reference, inputs[:batch], labels[:batch], ref_opt, "reference")
-            ref_s = time.perf_counter() - start
-            trainers = _trainers(client, model, partitions, args.graph)
-            try:
-                # one untimed step each: compilation, placement, connections
-                train_step(serial, inputs[:batch], labels[:batch], optimizer)
-                for trainer in trainers.values():
-                    trainer.step(inputs[:batch], labels[:batch])
-                comp = []
-                took: dict[str, list[float]] = {name: [] for name in trainers}
-                moved: dict[str, tuple[int, int, int, int]] = {}
-                for s in range(1, args.steps + 1):
-                    x, y = inputs[s * batch:(s + 1) * batch], labels[s * batch:(s + 1) * batch]
-                    start = time.perf_counter()
-                    expected = train_step(serial, x, y, optimizer)
-                    comp.append(time.perf_counter() - start)
-                    for name, trainer in trainers.items():
-                        step = trainer.step(x, y)
-                        took[name].append(step.seconds)
-                        moved[name] = _moved(step)
-                        # float32 sums in another order drift apart slowly over 120 layers
-                        if not np.isclose(step.loss, expected, rtol=1e-3):
-                            raise SystemExit(f"batch {batch}, step {s}, {name}: loss "
-                                             f"{step.loss} against {expected} serially")
-            finally:
-                for trainer in trainers.values():
-                    trainer.close()
-            c = statistics.median(comp)
-            lines.append((batch, ref_s, c, {n: statistics.median(t) for n, t in took.items()},
-                          moved))
-    print(f"{'batch':>6} {'reference s':>12} {'compiled s':>11} {'compiled/ref':>12}")
-    for batch, ref_s, c, _, _ in lines:
-        print(f"{batch:6d} {ref_s:12.3f} {c:11.3f} {ref_s / c:12.1f}")
-    print(f"\n{'batch':>6} {'strategy':>28} {'s/step':>8} {'vs compiled':>11} "
+    for kind in args.clusters:
+        with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None,
+                          processes=kind == "processes") as cluster, Client(cluster) as client:
+            lines += _run(client, kind, network, partitions, inputs, labels, args,
+                          graph=args.graph and kind == "processes")
+    print(f"{'workers':>9} {'batch':>6} {'reference s':>12} {'compiled s':>11} "
+          f"{'compiled/ref':>12}")
+    for kind, batch, ref_s, c, _, _ in lines:
+        print(f"{kind:>9} {batch:6d} {ref_s:12.3f} {c:11.3f} {ref_s / c:12.1f}")
+    print(f"\n{'workers':>9} {'batch':>6} {'strategy':>28} {'s/step':>8} {'vs compiled':>11} "
           f"{'MB fwd':>8} {'MB bwd':>8} {'MB grad':>8} {'MB predicted':>12}")
-    for batch, _, c, took, moved in lines:
+    for kind, batch, _, c, took, moved in lines:
         for name in took:
             fwd, bwd, grad, predicted = moved[name]
-            print(f"{batch:6d} {name:>28} {took[name]:8.3f} {c / took[name]:11.2f} "
+            print(f"{kind:>9} {batch:6d} {name:>28} {took[name]:8.3f} {c / took[name]:11.2f} "
                   f"{fwd / 1e6:8.2f} {bwd / 1e6:8.2f} {grad / 1e6:8.2f} "
                   f"{predicted / 1e6:12.2f}")
     return 0

@@ -91,10 +91,10 @@ def place_part(trainer: str, state: _Part) -> int:
 
 def drop_parts(trainer: str) -> int:
     """Drop a trainer's parts here (every row group's)."""
-    keys = [key for key in PARTS if key[0] == trainer or key[0].startswith(trainer + "/")]
-    for key in keys:
-        del PARTS[key]
-    return len(keys)
+    keys = [key for key in list(PARTS)
+            if key[0] == trainer or key[0].startswith(trainer + "/")]
+    # a threaded cluster's workers share PARTS: another may be dropping the same keys
+    return sum(PARTS.pop(key, None) is not None for key in keys)
 
 
 def _step_param(p: np.ndarray, g: np.ndarray, v: np.ndarray | None, state: _Part,
