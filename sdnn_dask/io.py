@@ -18,6 +18,7 @@ a bad cache file is rebuilt with a :class:`CacheWarning`.
 
 from __future__ import annotations
 
+import array
 import contextlib
 import gzip
 import hashlib
@@ -191,10 +192,13 @@ def _gzip_error(path: Path, error: BaseException) -> ChallengeFormatError:
                                 "gzip file")
 
 
-def _diagnose(path: Path, n_columns: int) -> None:
-    """Re-read ``path`` line by line and raise at the first line that breaks the format.
+def _diagnose(path: Path, n_columns: int) -> tuple[np.ndarray, ChallengeFormatError | None]:
+    """Re-read ``path`` line by line, up to the first line that breaks the syntax.
 
-    Only called after the fast reader failed, so its speed does not matter.
+    Returns the lines before that one, parsed (``(lines, n_columns)`` float64), and its
+    error (``None`` if no line breaks the syntax): the caller checks the ids and values of
+    those lines, as one of them may be the first offending line (a row 0 before a line of
+    text). Only called after the fast reader failed, so its speed does not matter.
     """
     if path.suffix != ".gz":
         with path.open("rb") as raw:
@@ -202,32 +206,42 @@ def _diagnose(path: Path, n_columns: int) -> None:
                 raise ChallengeFormatError(
                     path, "is gzip data but its name does not end in .gz; expected plain text")
     try:
-        _diagnose_lines(path, n_columns)
+        return _diagnose_lines(path, n_columns)
     except _GZIP_ERRORS as error:
         raise _gzip_error(path, error) from None
 
 
-def _diagnose_lines(path: Path, n_columns: int) -> None:
+def _diagnose_lines(path: Path, n_columns: int) -> tuple[np.ndarray, ChallengeFormatError | None]:
+    parsed = array.array("d")
+    blank = None  # a blank line before any data: an error only if data follows
+
+    def stop(message: str | None = None, line: int | None = None):
+        table = np.array(parsed, dtype=np.float64).reshape(-1, n_columns)
+        return table, None if message is None else ChallengeFormatError(path, message, line)
+
     with _open_text(path) as handle:
         for number, raw in enumerate(handle, start=1):
             fields = _SEP.split(raw.strip()) if raw.strip() else []
+            if not fields and not parsed:
+                blank = blank or number
+                continue
+            if blank is not None or not fields:
+                return stop(f"0 fields; expected {_expected(n_columns)}", blank or number)
             if len(fields) != n_columns:
-                raise ChallengeFormatError(
-                    path, f"{len(fields)} fields; expected {_expected(n_columns)}", number
-                )
+                return stop(f"{len(fields)} fields; expected {_expected(n_columns)}", number)
+            values = []
             for i, text in enumerate(fields):
                 try:
                     value = float(text)
                 except ValueError:
-                    raise ChallengeFormatError(
-                        path, f"field {i + 1} is {text!r}, not a number", number
-                    ) from None
+                    return stop(f"field {i + 1} is {text!r}, not a number", number)
                 if not _fits_float32(value):
                     what = "value" if (n_columns, i) == (3, 2) else f"field {i + 1}"
-                    raise ChallengeFormatError(
-                        path, f"{what} {text!r} is not finite as float32; expected a finite "
-                        f"number of magnitude at most {_FLOAT32_MAX:.7g}", number
-                    )
+                    return stop(f"{what} {text!r} is not finite as float32; expected a finite "
+                                f"number of magnitude at most {_FLOAT32_MAX:.7g}", number)
+                values.append(value)
+            parsed.extend(values)
+    return stop()
 
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -246,10 +260,17 @@ def _expected(n_columns: int) -> str:
     return "3 tab-separated fields 'row col value' (1-based indices)"
 
 
-def _read_columns(path: Path, n_columns: int, chunk_lines: int = 4_000_000) -> np.ndarray:
+# lines per chunk of pandas' reader: bounds the float64 staging of the largest files
+_CHUNK_LINES = 4_000_000
+
+
+def _read_columns(path: Path, n_columns: int) -> tuple[np.ndarray, ChallengeFormatError | None]:
     """All numbers of a 1- or 3-column file as float64, ``(lines, n_columns)``.
 
-    Read in chunks so the float64 staging stays bounded for the largest challenge files.
+    Returns them with ``None``, or, if a line breaks the syntax (fields, numbers), the
+    lines before it with its error, for the caller to check their ids and values first. A
+    file of blank lines only (or none) gives no lines and no error. Read in chunks of
+    ``_CHUNK_LINES`` lines so the float64 staging stays bounded for the largest files.
     """
     if path.is_dir():
         raise ChallengeFormatError(path, "is a folder; expected a file with "
@@ -265,7 +286,7 @@ def _read_columns(path: Path, n_columns: int, chunk_lines: int = 4_000_000) -> n
             dtype=np.float64,
             engine="c",
             compression="gzip" if path.suffix == ".gz" else None,
-            chunksize=chunk_lines,
+            chunksize=_CHUNK_LINES,
             # a blank line is an error, and keeping it keeps row index == line number - 1
             skip_blank_lines=False,
         )
@@ -277,28 +298,74 @@ def _read_columns(path: Path, n_columns: int, chunk_lines: int = 4_000_000) -> n
                     raise ValueError("ragged or missing fields")
                 parts.append(table)
     except pd.errors.EmptyDataError:
-        raise ChallengeFormatError(
-            path, "the file is empty; expected " + _expected(n_columns)
-        ) from None
+        # no line, only blank lines, or blank lines before the first line of data (which
+        # pandas also takes for an empty file): only the line by line reading tells
+        return _diagnosed(path, n_columns, "no data")
     except _GZIP_ERRORS as error:  # truncated, not gzip, trailing garbage, corrupt
         raise _gzip_error(path, error) from None
     except OSError as error:  # PermissionError and the like, opening or reading
         raise _unreadable(path, error) from None
     except (ValueError, pd.errors.ParserError) as error:
-        try:
-            _diagnose(path, n_columns)
-        except OSError as bad:
-            raise _unreadable(path, bad) from None
-        raise ChallengeFormatError(path, f"unreadable ({error}); expected "
-                                   + _expected(n_columns)) from None
+        return _diagnosed(path, n_columns, str(error))
     if not parts:
-        raise ChallengeFormatError(path, "the file is empty; expected " + _expected(n_columns))
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        return np.empty((0, n_columns)), None
+    return (parts[0] if len(parts) == 1 else np.concatenate(parts)), None
 
 
-def _first_bad(mask: np.ndarray) -> int:
-    """1-based line number of the first true entry."""
-    return int(np.flatnonzero(mask)[0]) + 1
+def _diagnosed(path: Path, n_columns: int, reason: str):
+    """:func:`_diagnose` after pandas failed with ``reason``, as :func:`_read_columns` returns."""
+    try:
+        table, error = _diagnose(path, n_columns)
+    except OSError as bad:
+        raise _unreadable(path, bad) from None
+    if error is None and len(table):  # pandas failed where the line by line reading did not
+        error = ChallengeFormatError(path, f"unreadable ({reason}); expected "
+                                     + _expected(n_columns))
+    return table, error
+
+
+def _first_problem(checks: Iterable[tuple[np.ndarray, Callable[[int], str]]]):
+    """``(line, message)`` for the first line any check flags, or ``None``.
+
+    ``checks`` gives ``(mask, message)``: ``mask`` flags lines (0-based), ``message(i)``
+    says what is wrong with line ``i + 1``. The earliest line over all checks, not the
+    first check that flags some line, so the error names the first offending line; a line
+    flagged by several checks gets the first one's message.
+    """
+    first = None
+    for mask, message in checks:
+        if mask.any():
+            i = int(mask.argmax())
+            if first is None or i < first[0]:
+                first = (i, message)
+    return None if first is None else (first[0] + 1, first[1](first[0]))
+
+
+def _triple_checks(table: np.ndarray, values32: np.ndarray, shape, width_note: str):
+    """The ``(mask, message)`` checks of :func:`_first_problem` for triples' ids and values."""
+    for field in (0, 1):
+        what, column = ("row", "column")[field], table[:, field]
+        whole = np.isfinite(column) & (column == np.floor(column))
+        yield ~whole, lambda i, w=what, c=column: f"{w} {float(c[i])!r} is not a whole number"
+        yield whole & (column < 1), lambda i, w=what, c=column: (
+            f"{w} {int(c[i])} is below 1 (indices are 1-based)")
+        limit = None if shape is None else shape[field]
+        if limit is not None:
+            note = width_note if field == 1 else ""
+            yield whole & (column > limit), lambda i, w=what, c=column, n=limit, t=note: (
+                f"{w} {int(c[i])} is beyond the declared size {n}{t}")
+        else:
+            # an undeclared size is the largest index: bound it before it sizes the matrix
+            yield whole & (column > _INDEX_MAX), lambda i, w=what, c=column: (
+                f"{w} {int(c[i])} is beyond the largest supported index {_INDEX_MAX}")
+
+    def value_message(i: int) -> str:
+        value = float(table[i, 2])
+        why = "is not finite" if not np.isfinite(value) else "overflows float32"
+        return (f"value {value!r} {why}; expected a finite number of magnitude at most "
+                f"{_FLOAT32_MAX:.7g}")
+
+    yield ~np.isfinite(values32), value_message
 
 
 def read_triples(
@@ -331,53 +398,18 @@ def read_triples(
         (truncated, not gzip, trailing bytes, corrupt), with the line where it is known.
     """
     path = Path(path)
-    table = _read_columns(path, 3)
-    rows, cols, values = table[:, 0], table[:, 1], table[:, 2]
-    for field, column in enumerate((rows, cols)):
-        what = ("row", "column")[field]
-        bad = ~np.isfinite(column) | (column != np.floor(column))
-        if bad.any():
-            line = _first_bad(bad)
-            raise ChallengeFormatError(
-                path, f"{what} {float(column[line - 1])!r} is not a whole number", line
-            )
-        bad = column < 1
-        if bad.any():
-            line = _first_bad(bad)
-            raise ChallengeFormatError(
-                path, f"{what} {int(column[line - 1])} is below 1 (indices are 1-based)", line
-            )
-        limit = None if shape is None else shape[field]
-        if limit is not None:
-            bad = column > limit
-            if bad.any():
-                line = _first_bad(bad)
-                raise ChallengeFormatError(
-                    path,
-                    f"{what} {int(column[line - 1])} is beyond the declared size {limit}"
-                    + (width_note if field == 1 else ""),
-                    line,
-                )
-        else:
-            # an undeclared size is the largest index: bound it before it sizes the matrix
-            bad = column > _INDEX_MAX
-            if bad.any():
-                line = _first_bad(bad)
-                raise ChallengeFormatError(
-                    path, f"{what} {int(column[line - 1])} is beyond the largest supported "
-                    f"index {_INDEX_MAX}", line)
+    table, error = _read_columns(path, 3)
     # checked after the cast: 1e40 is finite as float64 but inf as float32
     with np.errstate(over="ignore"):
-        values32 = values.astype(np.float32)
-    bad = ~np.isfinite(values32)
-    if bad.any():
-        line = _first_bad(bad)
-        value = float(values[line - 1])
-        why = "is not finite" if not np.isfinite(value) else "overflows float32"
-        raise ChallengeFormatError(
-            path, f"value {value!r} {why}; expected a finite number of magnitude at most "
-            f"{_FLOAT32_MAX:.7g}", line
-        )
+        values32 = table[:, 2].astype(np.float32)
+    problem = _first_problem(_triple_checks(table, values32, shape, width_note))
+    if problem is not None:  # before the syntax error, if any: it is on an earlier line
+        raise ChallengeFormatError(path, problem[1], problem[0])
+    if error is not None:
+        raise error
+    if not len(table):
+        raise ChallengeFormatError(path, "the file is empty; expected " + _expected(3))
+    rows, cols = table[:, 0], table[:, 1]
     declared = (None, None) if shape is None else shape
     full_shape = (
         int(rows.max()) if declared[0] is None else int(declared[0]),
@@ -715,23 +747,20 @@ def write_inputs(path: PathLike, inputs: sp.spmatrix) -> Path:
 def read_categories(path: PathLike) -> np.ndarray:
     """Read a truth/categories file: sorted 0-based row ids (int64).
 
-    An empty file is a valid answer (no row survives) and gives an empty array.
+    An empty file (or one of blank lines only) is a valid answer (no row survives) and
+    gives an empty array.
     """
     path = Path(path)
-    if path.is_file() and path.stat().st_size == 0:
-        return np.empty(0, dtype=np.int64)
-    try:
-        table = _read_columns(path, 1)
-    except ChallengeFormatError as error:
-        if "is empty" in str(error):
-            return np.empty(0, dtype=np.int64)
-        raise
+    table, error = _read_columns(path, 1)
     ids = table[:, 0]
-    bad = (ids != np.floor(ids)) | (ids < 1)
-    if bad.any():
-        line = _first_bad(bad)
-        raise ChallengeFormatError(path, f"row id {ids[line - 1]:g} is not a whole number >= 1",
-                                   line)
+    problem = _first_problem([(
+        (ids != np.floor(ids)) | (ids < 1),
+        lambda i: f"row id {ids[i]:g} is not a whole number >= 1",
+    )])
+    if problem is not None:
+        raise ChallengeFormatError(path, problem[1], problem[0])
+    if error is not None:
+        raise error
     return np.unique(ids.astype(np.int64) - 1)
 
 

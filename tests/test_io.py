@@ -630,3 +630,44 @@ def test_a_network_with_empty_rows_is_cached_faithfully(tmp_path, monkeypatch):
 def test_categories_of_blank_lines_are_empty(tmp_path):
     path = _write(tmp_path / "c.tsv", "\n\n")
     assert io.read_categories(path).tolist() == []
+
+
+# --------------------------------------------------------------------------- first offending line
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "fragment"),
+    [
+        # the checks of ids and values run over every line; the earliest line wins, not
+        # the first check (rows were checked before columns, columns before values)
+        ("1\t1\t0.5\n3\t1.5\t1\n0\t1\t1\n", 2, "column 1.5 is not a whole number"),
+        ("1\t1\t0.5\n1\t1\t1e40\n0\t1\t1\n", 2, "1e+40 overflows float32"),
+        ("1\t9\t0.5\n0\t1\t1\n", 1, "column 9 is beyond the declared size 4"),
+        # a bad id before a line the fast reader cannot parse (the line by line reading
+        # used to check only fields and numbers, naming line 3)
+        ("1\t1\t0.5\n0\t1\t1\n3\tx\t1\n", 2, "row 0 is below 1"),
+        ("1\t1\t0.5\n2\t5\t1\n3\t3\n", 2, "column 5 is beyond the declared size 4"),
+        # a blank line before the data: pandas takes the file for empty
+        ("\n1\t1\t0.5\n", 1, "0 fields"),
+        (" \t\n\n2\tx\t0.5\n", 1, "0 fields"),
+    ],
+)
+@pytest.mark.parametrize("suffix", [".tsv", ".tsv.gz"])
+@pytest.mark.parametrize("chunk_lines", [1, 2, 4_000_000])
+def test_the_first_offending_line_is_named(tmp_path, monkeypatch, text, line, fragment,
+                                           suffix, chunk_lines):
+    monkeypatch.setattr(io, "_CHUNK_LINES", chunk_lines)
+    path = _write(tmp_path / f"m{suffix}", text)
+    with pytest.raises(ChallengeFormatError) as info:
+        io.read_triples(path, (4, 4))
+    assert (info.value.path, info.value.line) == (path, line)
+    assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize(("text", "line"), [("\n5\n", 1), ("\n\n5\n6\n", 1), ("0\nx\n", 1),
+                                            ("2\n1.5\n\n", 2)])
+def test_categories_name_the_first_offending_line(tmp_path, text, line):
+    path = _write(tmp_path / "c.tsv", text)  # "\n5\n" read as no row at all before
+    with pytest.raises(ChallengeFormatError) as info:
+        io.read_categories(path)
+    assert (info.value.path, info.value.line) == (path, line)
