@@ -109,12 +109,23 @@ def categories_path(directory: PathLike, n_neurons: int, n_layers: int) -> Path:
 
 
 def _open_text(path: Path):
+    # latin-1: one character per byte, so no byte is lost to decoding and none but ASCII
+    # digits can pass for a number (messages show fields with !a: a byte beyond ASCII as
+    # its \x escape); newline="": lines end at \n, \r\n or \r, as in pandas
     if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="ascii", errors="replace", newline="")
-    return path.open("rt", encoding="ascii", errors="replace", newline="")
+        return gzip.open(path, "rt", encoding="latin-1", newline="")
+    return path.open("rt", encoding="latin-1", newline="")
 
 
+# What the line by line reading accepts must be what pandas' C reader accepts, or a line
+# pandas rejects passes here and the error names no line. pandas splits fields on spaces
+# and tabs only; its number parser skips C whitespace (only \v and \f can be inside a
+# field) around a decimal number and takes inf/infinity with a sign in any case; Python's
+# float() also takes '1_0', '1\x1c' and non-ASCII digits and spaces, which pandas does not.
 _SEP = re.compile(r"[ \t]+")
+_NUMBER = re.compile(r"[\v\f]*[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[\v\f]*"
+                     r"|[+-]?(?:inf|infinity|nan)", re.IGNORECASE)  # nan: pandas' NaN
+_BOM = "\xef\xbb\xbf"  # UTF-8 byte-order mark, as latin-1: pandas skips it at the start
 
 
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -221,7 +232,10 @@ def _diagnose_lines(path: Path, n_columns: int) -> tuple[np.ndarray, ChallengeFo
 
     with _open_text(path) as handle:
         for number, raw in enumerate(handle, start=1):
-            fields = _SEP.split(raw.strip()) if raw.strip() else []
+            if number == 1 and raw.startswith(_BOM):
+                raw = raw[len(_BOM) :]
+            line = raw.rstrip("\r\n").strip(" \t")  # not str.strip(): \f is no blank
+            fields = _SEP.split(line) if line else []
             if not fields and not parsed:
                 blank = blank or number
                 continue
@@ -231,13 +245,12 @@ def _diagnose_lines(path: Path, n_columns: int) -> tuple[np.ndarray, ChallengeFo
                 return stop(f"{len(fields)} fields; expected {_expected(n_columns)}", number)
             values = []
             for i, text in enumerate(fields):
-                try:
-                    value = float(text)
-                except ValueError:
-                    return stop(f"field {i + 1} is {text!r}, not a number", number)
+                if not _NUMBER.fullmatch(text):
+                    return stop(f"field {i + 1} is {text!a}, not a number", number)
+                value = float(text)
                 if not _fits_float32(value):
                     what = "value" if (n_columns, i) == (3, 2) else f"field {i + 1}"
-                    return stop(f"{what} {text!r} is not finite as float32; expected a finite "
+                    return stop(f"{what} {text!a} is not finite as float32; expected a finite "
                                 f"number of magnitude at most {_FLOAT32_MAX:.7g}", number)
                 values.append(value)
             parsed.extend(values)

@@ -671,3 +671,31 @@ def test_categories_name_the_first_offending_line(tmp_path, text, line):
     with pytest.raises(ChallengeFormatError) as info:
         io.read_categories(path)
     assert (info.value.path, info.value.line) == (path, line)
+
+
+@pytest.mark.parametrize(
+    ("content", "line", "fragment"),
+    [
+        # pandas rejects these, Python's float() took them: the error named no line
+        (b"1\t1\t0.5\n2\t2\t1_0\n", 2, "field 3 is '1_0', not a number"),
+        (b"1\t1\t0.5\n2\t2\t0.5\x1c\n", 2, "field 3 is '0.5\\x1c', not a number"),
+        (b"1\t1\t0.5\n2\t2\t0.5\xa0\n", 2, "field 3 is '0.5\\xa0', not a number"),
+        # pandas skips a byte-order mark: the first line is fine, the second is not
+        (b"\xef\xbb\xbf1\t1\t0.5\n2\tx\t1\n", 2, "field 2 is 'x'"),
+        (b"1\t1\t0.5\n2\t\xff\t1\n", 2, "field 2 is '\\xff', not a number"),
+    ],
+)
+def test_the_line_by_line_reading_accepts_what_pandas_accepts(tmp_path, content, line,
+                                                               fragment):
+    path = tmp_path / "m.tsv"
+    path.write_bytes(content)
+    with pytest.raises(ChallengeFormatError) as info:
+        io.read_triples(path, (4, 4))
+    assert info.value.line == line
+    assert fragment in str(info.value)
+
+
+def test_byte_order_mark_and_form_feeds_are_read_as_pandas_reads_them(tmp_path):
+    path = tmp_path / "m.tsv"
+    path.write_bytes(b"\xef\xbb\xbf1\t1\t0.5\x0c\r\n\x0b2 \t2\t1\r")
+    assert io.read_triples(path, (2, 2)).toarray().tolist() == [[0.5, 0], [0, 1]]
