@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import array
 import contextlib
+import csv
 import gzip
 import hashlib
 import io as _io
@@ -273,6 +274,7 @@ def _expected(n_columns: int) -> str:
     return "3 tab-separated fields 'row col value' (1-based indices)"
 
 
+_BOOLS = ["True", "TRUE", "true", "False", "FALSE", "false"]  # pandas' words for bools
 # lines per chunk of pandas' reader: bounds the float64 staging of the largest files
 _CHUNK_LINES = 4_000_000
 
@@ -302,6 +304,11 @@ def _read_columns(path: Path, n_columns: int) -> tuple[np.ndarray, ChallengeForm
             chunksize=_CHUNK_LINES,
             # a blank line is an error, and keeping it keeps row index == line number - 1
             skip_blank_lines=False,
+            # the format has no quoting: '"1"' is no number (pandas would unquote it)
+            quoting=csv.QUOTE_NONE,
+            # a column of nothing but True/False would be read as bools and cast to 1/0:
+            # as missing values they are NaN, which _diagnose reports as "not a number"
+            na_values=_BOOLS,
         )
         with reader:
             for chunk in reader:

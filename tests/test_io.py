@@ -699,3 +699,24 @@ def test_byte_order_mark_and_form_feeds_are_read_as_pandas_reads_them(tmp_path):
     path = tmp_path / "m.tsv"
     path.write_bytes(b"\xef\xbb\xbf1\t1\t0.5\x0c\r\n\x0b2 \t2\t1\r")
     assert io.read_triples(path, (2, 2)).toarray().tolist() == [[0.5, 0], [0, 1]]
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ('"1"\t1\t0.5\n', "field 1 is '\"1\"', not a number"),  # was read as 1
+        ("1\t1\t'0.5'\n", "field 3 is \"'0.5'\", not a number"),
+        ("1\t1\tTrue\n2\t2\tFalse\n", "field 3 is 'True', not a number"),  # was 1.0, 0.0
+        ("true\t1\t0.5\n", "field 1 is 'true', not a number"),  # was row 1
+    ],
+)
+@pytest.mark.parametrize("suffix", [".tsv", ".tsv.gz"])
+def test_quotes_and_bools_are_not_numbers(tmp_path, text, fragment, suffix):
+    path = _write(tmp_path / f"m{suffix}", text)
+    with pytest.raises(ChallengeFormatError) as info:
+        io.read_triples(path, (4, 4))
+    assert info.value.line == 1 and fragment in str(info.value)
+    categories = _write(tmp_path / f"c{suffix}", "TRUE\n" if "True" in text else '"3"\n')
+    with pytest.raises(ChallengeFormatError, match="not a number") as info:
+        io.read_categories(categories)  # was [0] and [2]
+    assert info.value.line == 1
