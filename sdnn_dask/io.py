@@ -773,10 +773,13 @@ def read_categories(path: PathLike) -> np.ndarray:
     path = Path(path)
     table, error = _read_columns(path, 1)
     ids = table[:, 0]
-    problem = _first_problem([(
-        (ids != np.floor(ids)) | (ids < 1),
-        lambda i: f"row id {ids[i]:g} is not a whole number >= 1",
-    )])
+    # inf passed 'ids != floor(ids)', and ids beyond int64 were cast to garbage
+    whole = np.isfinite(ids) & (ids == np.floor(ids))
+    problem = _first_problem([
+        (~whole | (ids < 1), lambda i: f"row id {ids[i]:g} is not a whole number >= 1"),
+        (whole & (ids > _INDEX_MAX), lambda i: f"row id {int(ids[i])} is beyond the largest "
+                                               f"supported index {_INDEX_MAX}"),
+    ])
     if problem is not None:
         raise ChallengeFormatError(path, problem[1], problem[0])
     if error is not None:

@@ -720,3 +720,19 @@ def test_quotes_and_bools_are_not_numbers(tmp_path, text, fragment, suffix):
     with pytest.raises(ChallengeFormatError, match="not a number") as info:
         io.read_categories(categories)  # was [0] and [2]
     assert info.value.line == 1
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("1\ninf\n", "row id inf is not a whole number >= 1"),  # was 2**63 - 1, with a warning
+    ("1\n1e20\n", "row id 100000000000000000000 is beyond the largest supported index"),
+    ("1\n2147483648\n", "row id 2147483648 is beyond the largest supported index 2147483647"),
+])
+def test_categories_ids_are_bounded(tmp_path, text, fragment):
+    path = _write(tmp_path / "c.tsv", text)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ChallengeFormatError) as info:
+            io.read_categories(path)
+    assert info.value.line == 2 and fragment in str(info.value)
+    assert io.read_categories(_write(tmp_path / "top.tsv", "2147483647\n")).tolist() == [
+        2147483646]
