@@ -413,9 +413,10 @@ def read_triples(
     ChallengeFormatError
         Empty file, wrong number of fields, a non-numeric field, an index below 1 or
         beyond ``shape``, a value that is NaN or infinite once cast to float32 (``inf``,
-        ``nan``, ``1e40``); the message names the file and the first offending line.
-        Also a file that cannot be read (permissions, a folder) and a damaged ``.gz``
-        (truncated, not gzip, trailing bytes, corrupt), with the line where it is known.
+        ``nan``, ``1e40``), a (row, column) on more than one line; the message names
+        the file and the first offending line. Also a file that cannot be read
+        (permissions, a folder) and a damaged ``.gz`` (truncated, not gzip, trailing
+        bytes, corrupt), with the line where it is known.
     """
     path = Path(path)
     table, error = _read_columns(path, 3)
@@ -423,6 +424,10 @@ def read_triples(
     with np.errstate(over="ignore"):
         values32 = table[:, 2].astype(np.float32)
     problem = _first_problem(_triple_checks(table, values32, shape, width_note))
+    if problem is not None or error is not None:
+        # a (row, column) repeated before the bad line is an earlier offending line
+        problem = _first_repeat(table[: len(table) if problem is None else problem[0] - 1]) \
+            or problem
     if problem is not None:  # before the syntax error, if any: it is on an earlier line
         raise ChallengeFormatError(path, problem[1], problem[0])
     if error is not None:
@@ -439,7 +444,31 @@ def read_triples(
         (values32, (rows.astype(np.int64) - 1, cols.astype(np.int64) - 1)),
         shape=full_shape,
     )
+    # the conversion from COO sums repeated entries (zeros not yet dropped): fewer entries
+    # than lines means a (row, column) on several lines
+    if matrix.nnz != len(table):
+        line, message = _first_repeat(table)
+        raise ChallengeFormatError(path, message, line)
     return as_csr32(matrix)
+
+
+def _first_repeat(table: np.ndarray) -> tuple[int, str] | None:
+    """``(line, message)`` for the first line whose (row, column) an earlier line has.
+
+    A repeat is an error rather than a sum: the sum would depend on the order scipy adds
+    the values in (float32), could overflow to inf, and the format has one line per entry.
+    """
+    if not len(table):
+        return None
+    keys = table[:, :2]
+    _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    earliest = first[inverse.reshape(-1)]  # the first line of each line's (row, column)
+    repeats = earliest != np.arange(len(keys))
+    if not repeats.any():
+        return None
+    i = int(repeats.argmax())
+    return i + 1, (f"row {int(keys[i, 0])} column {int(keys[i, 1])} again (first on line "
+                   f"{int(earliest[i]) + 1}); expected each (row, column) on one line only")
 
 
 def write_triples(path: PathLike, matrix: sp.spmatrix | sp.sparray) -> Path:

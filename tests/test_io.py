@@ -736,3 +736,24 @@ def test_categories_ids_are_bounded(tmp_path, text, fragment):
     assert info.value.line == 2 and fragment in str(info.value)
     assert io.read_categories(_write(tmp_path / "top.tsv", "2147483647\n")).tolist() == [
         2147483646]
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "fragment"),
+    [
+        # summed before: to inf here, to 0.75 or to nothing (0.5 - 0.5) in the others
+        ("1\t1\t3e38\n2\t2\t1\n1\t1\t3e38\n", 3, "row 1 column 1 again (first on line 1)"),
+        ("1\t1\t0.5\n1\t1\t0.25\n", 2, "row 1 column 1 again"),
+        ("2\t3\t0.5\n1\t1\t1\n2\t3\t-0.5\n", 3, "row 2 column 3 again (first on line 1)"),
+        # a repeat before a bad line is the first offending line, and after one it is not
+        ("1\t1\t0.5\n1\t1\t0.5\n0\t1\t1\n", 2, "again"),
+        ("1\t1\t0.5\n1\t1\t0.5\n3\tx\t1\n", 2, "again"),
+        ("1\t1\t0.5\n0\t1\t1\n1\t1\t0.5\n", 2, "row 0 is below 1"),
+    ],
+)
+@pytest.mark.parametrize("suffix", [".tsv", ".tsv.gz"])
+def test_a_repeated_entry_is_an_error(tmp_path, text, line, fragment, suffix):
+    path = _write(tmp_path / f"m{suffix}", text)
+    with pytest.raises(ChallengeFormatError) as info:
+        io.read_triples(path, (4, 4))
+    assert info.value.line == line and fragment in str(info.value)
