@@ -292,6 +292,11 @@ def _read_columns(path: Path, n_columns: int) -> tuple[np.ndarray, ChallengeForm
                                    + _expected(n_columns))
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
+    if path.suffix == ".gz" and path.stat().st_size == 0:
+        # gzip reads an empty file as no text, so this was an empty answer for categories;
+        # but gzip data has at least a header, so it is a copy cut short
+        raise ChallengeFormatError(path, "not gzip data (the file is empty); expected gzip "
+                                   "data, as the name ends in .gz")
     parts = []
     try:
         reader = pd.read_csv(

@@ -757,3 +757,16 @@ def test_a_repeated_entry_is_an_error(tmp_path, text, line, fragment, suffix):
     with pytest.raises(ChallengeFormatError) as info:
         io.read_triples(path, (4, 4))
     assert info.value.line == line and fragment in str(info.value)
+
+
+def test_an_empty_gz_file_is_not_an_empty_answer(tmp_path):
+    path = tmp_path / "neuron1024-l120-categories.tsv.gz"
+    path.write_bytes(b"")  # a download cut at 0 bytes: was read as "no row survives"
+    for read in (io.read_categories, io.read_triples):
+        with pytest.raises(ChallengeFormatError) as info:
+            read(path)
+        assert str(info.value) == (f"{path}: not gzip data (the file is empty); expected "
+                                   "gzip data, as the name ends in .gz")
+    # gzip data of no text is an empty answer, as is an empty plain file
+    assert io.read_categories(io.write_categories(path, [])).size == 0
+    assert io.read_categories(_write(tmp_path / "c.tsv", "")).size == 0
