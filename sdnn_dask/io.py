@@ -190,6 +190,14 @@ def _gzip_error(path: Path, error: BaseException) -> ChallengeFormatError:
                         try:
                             lines += decoder.decompress(data[i : i + 1]).count(b"\n")
                         except zlib.error as bad:
+                            if "check" in str(bad):  # zlib: incorrect data/length check
+                                # the trailer's CRC-32 or size: the text decompressed whole
+                                # but differs from what was compressed, no telling where,
+                                # so no line (line {lines} + 1 would be past the last)
+                                return ChallengeFormatError(
+                                    path, f"corrupt gzip data ({bad}) after {lines} lines: "
+                                    "they do not match the checksum in the trailer; "
+                                    "expected a valid gzip file")
                             return ChallengeFormatError(
                                 path, f"corrupt gzip data ({bad}) after {lines} good lines; "
                                 "expected a valid gzip file", lines + 1)

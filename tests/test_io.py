@@ -770,3 +770,24 @@ def test_an_empty_gz_file_is_not_an_empty_answer(tmp_path):
     # gzip data of no text is an empty answer, as is an empty plain file
     assert io.read_categories(io.write_categories(path, [])).size == 0
     assert io.read_categories(_write(tmp_path / "c.tsv", "")).size == 0
+
+
+# ------------------------------------------------------------------ damaged .gz, changed files
+
+# 2000 lines: a 10-byte header, a deflate stream, an 8-byte trailer (CRC-32, size)
+_GZ = _gz_bytes("".join(_LINES.splitlines(keepends=True)[:2000]))
+
+
+@pytest.mark.parametrize("field", ["data", "length"])
+@pytest.mark.parametrize("reader", ["triples", "categories"])
+def test_gz_with_a_wrong_trailer_is_an_error_naming_the_file(tmp_path, field, reader):
+    data = bytearray(_GZ)
+    data[-8 if field == "data" else -4] ^= 0x01  # CRC-32, then size: the text is whole
+    path = tmp_path / "m.tsv.gz"
+    path.write_bytes(bytes(data))
+    with pytest.raises(ChallengeFormatError) as info:
+        io.read_triples(path, (20000, 7)) if reader == "triples" else io.read_categories(path)
+    assert info.value.path == path and str(info.value).startswith(f"{path}: corrupt gzip")
+    assert info.value.line is None  # was 2001, past the last line: the damage is no line's
+    assert (f"(Error -3 while decompressing data: incorrect {field} check) after 2000 lines: "
+            "they do not match the checksum") in str(info.value)
