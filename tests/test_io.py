@@ -778,6 +778,25 @@ def test_an_empty_gz_file_is_not_an_empty_answer(tmp_path):
 _GZ = _gz_bytes("".join(_LINES.splitlines(keepends=True)[:2000]))
 
 
+@pytest.mark.parametrize("cut", [1, 2, 3, 9, 10, 11, 40, len(_GZ) // 2, len(_GZ) - 9,
+                                 len(_GZ) - 8, len(_GZ) - 4, len(_GZ) - 1],
+                         ids=lambda cut: f"cut{cut}")
+@pytest.mark.parametrize("reader", ["triples", "categories"])
+def test_gz_cut_anywhere_is_an_error_naming_the_file(tmp_path, cut, reader):
+    """Cut inside the 10-byte header, inside the deflate stream, inside the 8-byte trailer."""
+    path = tmp_path / "m.tsv.gz"
+    path.write_bytes(_GZ[:cut])
+    with pytest.raises(ChallengeFormatError) as info:
+        io.read_triples(path, (20000, 7)) if reader == "triples" else io.read_categories(path)
+    assert info.value.path == path and str(info.value).startswith(f"{path}")
+    if cut < 2:  # not even the magic bytes
+        assert info.value.line is None and "not gzip data" in str(info.value)
+    else:  # the line where the text stops: the first not decompressed whole
+        whole = zlib.decompressobj(wbits=31).decompress(_GZ[:cut]).count(b"\n")
+        assert info.value.line == whole + 1
+        assert f"truncated after {whole} complete lines" in str(info.value)
+
+
 @pytest.mark.parametrize("field", ["data", "length"])
 @pytest.mark.parametrize("reader", ["triples", "categories"])
 def test_gz_with_a_wrong_trailer_is_an_error_naming_the_file(tmp_path, field, reader):
@@ -791,3 +810,58 @@ def test_gz_with_a_wrong_trailer_is_an_error_naming_the_file(tmp_path, field, re
     assert info.value.line is None  # was 2001, past the last line: the damage is no line's
     assert (f"(Error -3 while decompressing data: incorrect {field} check) after 2000 lines: "
             "they do not match the checksum") in str(info.value)
+
+
+def _replace(path, layer):
+    """Replace ``path`` by a new file (a new inode), as an editor or a download does."""
+    io.write_triples(path, layer)
+
+
+@pytest.mark.parametrize("which", [1, 5], ids=["parsed-already", "not-parsed-yet"])
+def test_a_layer_replaced_while_the_network_is_read(six_layers, which):
+    """read_network's progress callback runs between two layer files: the replacement of
+    one there is a real interleaving, with no monkeypatching of the reader."""
+    data, cache, net = six_layers
+    path = io.layer_path(data, 1024, which)
+    new = net.layers[which - 1] * np.float32(2)  # same pattern: same size of text
+    done = []
+
+    def replace_after_layer_two(k, total):
+        done.append(k)
+        if k == 2:
+            _replace(path, new)
+
+    read = io.read_network(data, 1024, 6, cache=cache, progress=replace_after_layer_two)
+    assert done == [1, 2, 3, 4, 5, 6]
+    expected = net.layers[which - 1] if which == 1 else new  # each file as it was read
+    assert (read.layers[which - 1] != expected).nnz == 0
+    # the layers read belong to no single state of the files: nothing may be cached for
+    # them, neither under the key of the files before nor under the key of those after
+    assert not list(cache.glob("*.npz"))
+    again = io.read_network(data, 1024, 6, cache=cache)
+    assert (again.layers[which - 1] != new).nnz == 0
+    assert len(list(cache.glob("*.npz"))) == 1  # now cached, and used:
+    assert (io.read_network(data, 1024, 6, cache=cache).layers[which - 1] != new).nnz == 0
+
+
+def test_a_cached_network_whose_gz_layer_is_replaced_is_read_again(tmp_path):
+    """A stale cache is never used: a .gz layer replaced by one of the same size and mtime
+    is read again (the key hashes the bytes; an in-place edit of a plain file is above)."""
+    data, cache = tmp_path / "data" / "neuron2", tmp_path / "cache"
+    data.mkdir(parents=True)
+
+    def stored(text):  # deflate's stored blocks: the same length of text, the same size
+        return gzip.compress(text.encode(), compresslevel=0, mtime=0)
+
+    (data / "n2-l1.tsv.gz").write_bytes(stored("1\t1\t1\n2\t2\t1\n"))
+    path = data / "n2-l2.tsv.gz"
+    path.write_bytes(stored("1\t1\t0.5\n2\t2\t0.25\n"))
+    assert io.read_network(data, 2, 2, cache=cache, bias=0.0).layers[1][0, 0] == 0.5
+    before = path.stat()
+    path.with_suffix(".new").write_bytes(stored("1\t1\t1.5\n2\t2\t0.25\n"))
+    os.replace(path.with_suffix(".new"), path)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    assert io.read_network(data, 2, 2, cache=cache, bias=0.0).layers[1][0, 0] == 1.5
+    assert len(list(cache.glob("*.npz"))) == 2
