@@ -18,7 +18,9 @@ a bad cache file is rebuilt with a :class:`CacheWarning`.
 
 from __future__ import annotations
 
+import array
 import contextlib
+import csv
 import gzip
 import hashlib
 import io as _io
@@ -108,12 +110,27 @@ def categories_path(directory: PathLike, n_neurons: int, n_layers: int) -> Path:
 
 
 def _open_text(path: Path):
+    # latin-1: one character per byte, so no byte is lost to decoding and none but ASCII
+    # digits can pass for a number (messages show fields with !a: a byte beyond ASCII as
+    # its \x escape); newline="": lines end at \n, \r\n or \r, as in pandas
     if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="ascii", errors="replace", newline="")
-    return path.open("rt", encoding="ascii", errors="replace", newline="")
+        return gzip.open(path, "rt", encoding="latin-1", newline="")
+    return path.open("rt", encoding="latin-1", newline="")
 
 
+# What the line by line reading accepts must be what pandas' C reader accepts, or a line
+# pandas rejects passes here and the error names no line. pandas splits fields on spaces
+# and tabs only; its number parser skips C whitespace (only \v and \f can be inside a
+# field) around a decimal number and takes inf/infinity with a sign in any case; Python's
+# float() also takes '1_0', '1\x1c' and non-ASCII digits and spaces, which pandas does not.
 _SEP = re.compile(r"[ \t]+")
+_NUMBER_TEXT = (r"[\v\f]*[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[\v\f]*"
+                r"|[+-]?(?:inf|infinity|nan)")  # nan: what pandas reads as NaN
+_NUMBER = re.compile(_NUMBER_TEXT, re.IGNORECASE)
+# a whole line of n numbers, its end included: one match for a good line (the common case)
+_GOOD_LINE = {n: re.compile(r"[ \t]*" + r"[ \t]+".join([f"({_NUMBER_TEXT})"] * n)
+                            + r"[ \t]*[\r\n]*", re.IGNORECASE) for n in (1, 3)}
+_BOM = "\xef\xbb\xbf"  # UTF-8 byte-order mark, as latin-1: pandas skips it at the start
 
 
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -173,6 +190,14 @@ def _gzip_error(path: Path, error: BaseException) -> ChallengeFormatError:
                         try:
                             lines += decoder.decompress(data[i : i + 1]).count(b"\n")
                         except zlib.error as bad:
+                            if "check" in str(bad):  # zlib: incorrect data/length check
+                                # the trailer's CRC-32 or size: the text decompressed whole
+                                # but differs from what was compressed, no telling where,
+                                # so no line (line {lines} + 1 would be past the last)
+                                return ChallengeFormatError(
+                                    path, f"corrupt gzip data ({bad}) after {lines} lines: "
+                                    "they do not match the checksum in the trailer; "
+                                    "expected a valid gzip file")
                             return ChallengeFormatError(
                                 path, f"corrupt gzip data ({bad}) after {lines} good lines; "
                                 "expected a valid gzip file", lines + 1)
@@ -191,10 +216,13 @@ def _gzip_error(path: Path, error: BaseException) -> ChallengeFormatError:
                                 "gzip file")
 
 
-def _diagnose(path: Path, n_columns: int) -> None:
-    """Re-read ``path`` line by line and raise at the first line that breaks the format.
+def _diagnose(path: Path, n_columns: int) -> tuple[np.ndarray, ChallengeFormatError | None]:
+    """Re-read ``path`` line by line, up to the first line that breaks the syntax.
 
-    Only called after the fast reader failed, so its speed does not matter.
+    Returns the lines before that one, parsed (``(lines, n_columns)`` float64), and its
+    error (``None`` if no line breaks the syntax): the caller checks the ids and values of
+    those lines, as one of them may be the first offending line (a row 0 before a line of
+    text). Only called after the fast reader failed, so its speed does not matter.
     """
     if path.suffix != ".gz":
         with path.open("rb") as raw:
@@ -202,42 +230,63 @@ def _diagnose(path: Path, n_columns: int) -> None:
                 raise ChallengeFormatError(
                     path, "is gzip data but its name does not end in .gz; expected plain text")
     try:
-        _diagnose_lines(path, n_columns)
+        return _diagnose_lines(path, n_columns)
     except _GZIP_ERRORS as error:
         raise _gzip_error(path, error) from None
 
 
-def _diagnose_lines(path: Path, n_columns: int) -> None:
+def _diagnose_lines(path: Path, n_columns: int) -> tuple[np.ndarray, ChallengeFormatError | None]:
+    parsed = array.array("d")
+    blank = None  # a blank line before any data: an error only if data follows
+
+    def stop(message: str | None = None, line: int | None = None):
+        table = np.array(parsed, dtype=np.float64).reshape(-1, n_columns)
+        return table, None if message is None else ChallengeFormatError(path, message, line)
+
     with _open_text(path) as handle:
         for number, raw in enumerate(handle, start=1):
-            fields = _SEP.split(raw.strip()) if raw.strip() else []
+            if number == 1 and raw.startswith(_BOM):
+                raw = raw[len(_BOM) :]
+            good = _GOOD_LINE[n_columns].fullmatch(raw)
+            if good and blank is None:
+                values = [float(text) for text in good.groups()]
+                if all(map(_fits_float32, values)):
+                    parsed.extend(values)
+                    continue
+            line = raw.rstrip("\r\n").strip(" \t")  # not str.strip(): \f is no blank
+            fields = _SEP.split(line) if line else []
+            if not fields and not parsed:
+                blank = blank or number
+                continue
+            if blank is not None or not fields:
+                return stop(f"0 fields; expected {_expected(n_columns)}", blank or number)
             if len(fields) != n_columns:
-                raise ChallengeFormatError(
-                    path, f"{len(fields)} fields; expected {_expected(n_columns)}", number
-                )
+                return stop(f"{len(fields)} fields; expected {_expected(n_columns)}", number)
+            values = []
             for i, text in enumerate(fields):
-                try:
-                    value = float(text)
-                except ValueError:
-                    raise ChallengeFormatError(
-                        path, f"field {i + 1} is {text!r}, not a number", number
-                    ) from None
+                if not _NUMBER.fullmatch(text):
+                    return stop(f"field {i + 1} is {text!a}, not a number", number)
+                value = float(text)
                 if not _fits_float32(value):
                     what = "value" if (n_columns, i) == (3, 2) else f"field {i + 1}"
-                    raise ChallengeFormatError(
-                        path, f"{what} {text!r} is not finite as float32; expected a finite "
-                        f"number of magnitude at most {_FLOAT32_MAX:.7g}", number
-                    )
+                    return stop(f"{what} {text!a} is not finite as float32; expected a finite "
+                                f"number of magnitude at most {_FLOAT32_MAX:.7g}", number)
+                values.append(value)
+            parsed.extend(values)
+    return stop()
 
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _INDEX_MAX = int(np.iinfo(np.int32).max)  # 0-based int32 indices hold 1-based ids up to this
 
 
+# the smallest magnitude float32 rounds to inf: halfway from its largest value to 2**128
+_FLOAT32_OVERFLOW = float.fromhex("0x1.ffffffp+127")
+
+
 def _fits_float32(value: float) -> bool:
     """Whether ``value`` stays finite once rounded to float32 (no NaN, no overflow)."""
-    with np.errstate(over="ignore"):
-        return bool(np.isfinite(np.float32(value)))
+    return abs(value) < _FLOAT32_OVERFLOW  # a comparison: numpy per value was most of the time
 
 
 def _expected(n_columns: int) -> str:
@@ -246,16 +295,29 @@ def _expected(n_columns: int) -> str:
     return "3 tab-separated fields 'row col value' (1-based indices)"
 
 
-def _read_columns(path: Path, n_columns: int, chunk_lines: int = 4_000_000) -> np.ndarray:
+_BOOLS = ["True", "TRUE", "true", "False", "FALSE", "false"]  # pandas' words for bools
+# lines per chunk of pandas' reader: bounds the float64 staging of the largest files
+_CHUNK_LINES = 4_000_000
+
+
+def _read_columns(path: Path, n_columns: int) -> tuple[np.ndarray, ChallengeFormatError | None]:
     """All numbers of a 1- or 3-column file as float64, ``(lines, n_columns)``.
 
-    Read in chunks so the float64 staging stays bounded for the largest challenge files.
+    Returns them with ``None``, or, if a line breaks the syntax (fields, numbers), the
+    lines before it with its error, for the caller to check their ids and values first. A
+    file of blank lines only (or none) gives no lines and no error. Read in chunks of
+    ``_CHUNK_LINES`` lines so the float64 staging stays bounded for the largest files.
     """
     if path.is_dir():
         raise ChallengeFormatError(path, "is a folder; expected a file with "
                                    + _expected(n_columns))
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
+    if path.suffix == ".gz" and path.stat().st_size == 0:
+        # gzip reads an empty file as no text, so this was an empty answer for categories;
+        # but gzip data has at least a header, so it is a copy cut short
+        raise ChallengeFormatError(path, "not gzip data (the file is empty); expected gzip "
+                                   "data, as the name ends in .gz")
     parts = []
     try:
         reader = pd.read_csv(
@@ -265,9 +327,14 @@ def _read_columns(path: Path, n_columns: int, chunk_lines: int = 4_000_000) -> n
             dtype=np.float64,
             engine="c",
             compression="gzip" if path.suffix == ".gz" else None,
-            chunksize=chunk_lines,
+            chunksize=_CHUNK_LINES,
             # a blank line is an error, and keeping it keeps row index == line number - 1
             skip_blank_lines=False,
+            # the format has no quoting: '"1"' is no number (pandas would unquote it)
+            quoting=csv.QUOTE_NONE,
+            # a column of nothing but True/False would be read as bools and cast to 1/0:
+            # as missing values they are NaN, which _diagnose reports as "not a number"
+            na_values=_BOOLS,
         )
         with reader:
             for chunk in reader:
@@ -277,28 +344,74 @@ def _read_columns(path: Path, n_columns: int, chunk_lines: int = 4_000_000) -> n
                     raise ValueError("ragged or missing fields")
                 parts.append(table)
     except pd.errors.EmptyDataError:
-        raise ChallengeFormatError(
-            path, "the file is empty; expected " + _expected(n_columns)
-        ) from None
+        # no line, only blank lines, or blank lines before the first line of data (which
+        # pandas also takes for an empty file): only the line by line reading tells
+        return _diagnosed(path, n_columns, "no data")
     except _GZIP_ERRORS as error:  # truncated, not gzip, trailing garbage, corrupt
         raise _gzip_error(path, error) from None
     except OSError as error:  # PermissionError and the like, opening or reading
         raise _unreadable(path, error) from None
     except (ValueError, pd.errors.ParserError) as error:
-        try:
-            _diagnose(path, n_columns)
-        except OSError as bad:
-            raise _unreadable(path, bad) from None
-        raise ChallengeFormatError(path, f"unreadable ({error}); expected "
-                                   + _expected(n_columns)) from None
+        return _diagnosed(path, n_columns, str(error))
     if not parts:
-        raise ChallengeFormatError(path, "the file is empty; expected " + _expected(n_columns))
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        return np.empty((0, n_columns)), None
+    return (parts[0] if len(parts) == 1 else np.concatenate(parts)), None
 
 
-def _first_bad(mask: np.ndarray) -> int:
-    """1-based line number of the first true entry."""
-    return int(np.flatnonzero(mask)[0]) + 1
+def _diagnosed(path: Path, n_columns: int, reason: str):
+    """:func:`_diagnose` after pandas failed with ``reason``, as :func:`_read_columns` returns."""
+    try:
+        table, error = _diagnose(path, n_columns)
+    except OSError as bad:
+        raise _unreadable(path, bad) from None
+    if error is None and len(table):  # pandas failed where the line by line reading did not
+        error = ChallengeFormatError(path, f"unreadable ({reason}); expected "
+                                     + _expected(n_columns))
+    return table, error
+
+
+def _first_problem(checks: Iterable[tuple[np.ndarray, Callable[[int], str]]]):
+    """``(line, message)`` for the first line any check flags, or ``None``.
+
+    ``checks`` gives ``(mask, message)``: ``mask`` flags lines (0-based), ``message(i)``
+    says what is wrong with line ``i + 1``. The earliest line over all checks, not the
+    first check that flags some line, so the error names the first offending line; a line
+    flagged by several checks gets the first one's message.
+    """
+    first = None
+    for mask, message in checks:
+        if mask.any():
+            i = int(mask.argmax())
+            if first is None or i < first[0]:
+                first = (i, message)
+    return None if first is None else (first[0] + 1, first[1](first[0]))
+
+
+def _triple_checks(table: np.ndarray, values32: np.ndarray, shape, width_note: str):
+    """The ``(mask, message)`` checks of :func:`_first_problem` for triples' ids and values."""
+    for field in (0, 1):
+        what, column = ("row", "column")[field], table[:, field]
+        whole = np.isfinite(column) & (column == np.floor(column))
+        yield ~whole, lambda i, w=what, c=column: f"{w} {float(c[i])!r} is not a whole number"
+        yield whole & (column < 1), lambda i, w=what, c=column: (
+            f"{w} {int(c[i])} is below 1 (indices are 1-based)")
+        limit = None if shape is None else shape[field]
+        if limit is not None:
+            note = width_note if field == 1 else ""
+            yield whole & (column > limit), lambda i, w=what, c=column, n=limit, t=note: (
+                f"{w} {int(c[i])} is beyond the declared size {n}{t}")
+        else:
+            # an undeclared size is the largest index: bound it before it sizes the matrix
+            yield whole & (column > _INDEX_MAX), lambda i, w=what, c=column: (
+                f"{w} {int(c[i])} is beyond the largest supported index {_INDEX_MAX}")
+
+    def value_message(i: int) -> str:
+        value = float(table[i, 2])
+        why = "is not finite" if not np.isfinite(value) else "overflows float32"
+        return (f"value {value!r} {why}; expected a finite number of magnitude at most "
+                f"{_FLOAT32_MAX:.7g}")
+
+    yield ~np.isfinite(values32), value_message
 
 
 def read_triples(
@@ -326,58 +439,28 @@ def read_triples(
     ChallengeFormatError
         Empty file, wrong number of fields, a non-numeric field, an index below 1 or
         beyond ``shape``, a value that is NaN or infinite once cast to float32 (``inf``,
-        ``nan``, ``1e40``); the message names the file and the first offending line.
-        Also a file that cannot be read (permissions, a folder) and a damaged ``.gz``
-        (truncated, not gzip, trailing bytes, corrupt), with the line where it is known.
+        ``nan``, ``1e40``), a (row, column) on more than one line; the message names
+        the file and the first offending line. Also a file that cannot be read
+        (permissions, a folder) and a damaged ``.gz`` (truncated, not gzip, trailing
+        bytes, corrupt), with the line where it is known.
     """
     path = Path(path)
-    table = _read_columns(path, 3)
-    rows, cols, values = table[:, 0], table[:, 1], table[:, 2]
-    for field, column in enumerate((rows, cols)):
-        what = ("row", "column")[field]
-        bad = ~np.isfinite(column) | (column != np.floor(column))
-        if bad.any():
-            line = _first_bad(bad)
-            raise ChallengeFormatError(
-                path, f"{what} {float(column[line - 1])!r} is not a whole number", line
-            )
-        bad = column < 1
-        if bad.any():
-            line = _first_bad(bad)
-            raise ChallengeFormatError(
-                path, f"{what} {int(column[line - 1])} is below 1 (indices are 1-based)", line
-            )
-        limit = None if shape is None else shape[field]
-        if limit is not None:
-            bad = column > limit
-            if bad.any():
-                line = _first_bad(bad)
-                raise ChallengeFormatError(
-                    path,
-                    f"{what} {int(column[line - 1])} is beyond the declared size {limit}"
-                    + (width_note if field == 1 else ""),
-                    line,
-                )
-        else:
-            # an undeclared size is the largest index: bound it before it sizes the matrix
-            bad = column > _INDEX_MAX
-            if bad.any():
-                line = _first_bad(bad)
-                raise ChallengeFormatError(
-                    path, f"{what} {int(column[line - 1])} is beyond the largest supported "
-                    f"index {_INDEX_MAX}", line)
+    table, error = _read_columns(path, 3)
     # checked after the cast: 1e40 is finite as float64 but inf as float32
     with np.errstate(over="ignore"):
-        values32 = values.astype(np.float32)
-    bad = ~np.isfinite(values32)
-    if bad.any():
-        line = _first_bad(bad)
-        value = float(values[line - 1])
-        why = "is not finite" if not np.isfinite(value) else "overflows float32"
-        raise ChallengeFormatError(
-            path, f"value {value!r} {why}; expected a finite number of magnitude at most "
-            f"{_FLOAT32_MAX:.7g}", line
-        )
+        values32 = table[:, 2].astype(np.float32)
+    problem = _first_problem(_triple_checks(table, values32, shape, width_note))
+    if problem is not None or error is not None:
+        # a (row, column) repeated before the bad line is an earlier offending line
+        problem = _first_repeat(table[: len(table) if problem is None else problem[0] - 1]) \
+            or problem
+    if problem is not None:  # before the syntax error, if any: it is on an earlier line
+        raise ChallengeFormatError(path, problem[1], problem[0])
+    if error is not None:
+        raise error
+    if not len(table):
+        raise ChallengeFormatError(path, "the file is empty; expected " + _expected(3))
+    rows, cols = table[:, 0], table[:, 1]
     declared = (None, None) if shape is None else shape
     full_shape = (
         int(rows.max()) if declared[0] is None else int(declared[0]),
@@ -387,7 +470,31 @@ def read_triples(
         (values32, (rows.astype(np.int64) - 1, cols.astype(np.int64) - 1)),
         shape=full_shape,
     )
+    # the conversion from COO sums repeated entries (zeros not yet dropped): fewer entries
+    # than lines means a (row, column) on several lines
+    if matrix.nnz != len(table):
+        line, message = _first_repeat(table)
+        raise ChallengeFormatError(path, message, line)
     return as_csr32(matrix)
+
+
+def _first_repeat(table: np.ndarray) -> tuple[int, str] | None:
+    """``(line, message)`` for the first line whose (row, column) an earlier line has.
+
+    A repeat is an error rather than a sum: the sum would depend on the order scipy adds
+    the values in (float32), could overflow to inf, and the format has one line per entry.
+    """
+    if not len(table):
+        return None
+    keys = table[:, :2]
+    _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    earliest = first[inverse.reshape(-1)]  # the first line of each line's (row, column)
+    repeats = earliest != np.arange(len(keys))
+    if not repeats.any():
+        return None
+    i = int(repeats.argmax())
+    return i + 1, (f"row {int(keys[i, 0])} column {int(keys[i, 1])} again (first on line "
+                   f"{int(earliest[i]) + 1}); expected each (row, column) on one line only")
 
 
 def write_triples(path: PathLike, matrix: sp.spmatrix | sp.sparray) -> Path:
@@ -715,23 +822,23 @@ def write_inputs(path: PathLike, inputs: sp.spmatrix) -> Path:
 def read_categories(path: PathLike) -> np.ndarray:
     """Read a truth/categories file: sorted 0-based row ids (int64).
 
-    An empty file is a valid answer (no row survives) and gives an empty array.
+    An empty file (or one of blank lines only) is a valid answer (no row survives) and
+    gives an empty array.
     """
     path = Path(path)
-    if path.is_file() and path.stat().st_size == 0:
-        return np.empty(0, dtype=np.int64)
-    try:
-        table = _read_columns(path, 1)
-    except ChallengeFormatError as error:
-        if "is empty" in str(error):
-            return np.empty(0, dtype=np.int64)
-        raise
+    table, error = _read_columns(path, 1)
     ids = table[:, 0]
-    bad = (ids != np.floor(ids)) | (ids < 1)
-    if bad.any():
-        line = _first_bad(bad)
-        raise ChallengeFormatError(path, f"row id {ids[line - 1]:g} is not a whole number >= 1",
-                                   line)
+    # inf passed 'ids != floor(ids)', and ids beyond int64 were cast to garbage
+    whole = np.isfinite(ids) & (ids == np.floor(ids))
+    problem = _first_problem([
+        (~whole | (ids < 1), lambda i: f"row id {ids[i]:g} is not a whole number >= 1"),
+        (whole & (ids > _INDEX_MAX), lambda i: f"row id {int(ids[i])} is beyond the largest "
+                                               f"supported index {_INDEX_MAX}"),
+    ])
+    if problem is not None:
+        raise ChallengeFormatError(path, problem[1], problem[0])
+    if error is not None:
+        raise error
     return np.unique(ids.astype(np.int64) - 1)
 
 

@@ -630,3 +630,238 @@ def test_a_network_with_empty_rows_is_cached_faithfully(tmp_path, monkeypatch):
 def test_categories_of_blank_lines_are_empty(tmp_path):
     path = _write(tmp_path / "c.tsv", "\n\n")
     assert io.read_categories(path).tolist() == []
+
+
+# --------------------------------------------------------------------------- first offending line
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "fragment"),
+    [
+        # the checks of ids and values run over every line; the earliest line wins, not
+        # the first check (rows were checked before columns, columns before values)
+        ("1\t1\t0.5\n3\t1.5\t1\n0\t1\t1\n", 2, "column 1.5 is not a whole number"),
+        ("1\t1\t0.5\n1\t1\t1e40\n0\t1\t1\n", 2, "1e+40 overflows float32"),
+        ("1\t9\t0.5\n0\t1\t1\n", 1, "column 9 is beyond the declared size 4"),
+        # a bad id before a line the fast reader cannot parse (the line by line reading
+        # used to check only fields and numbers, naming line 3)
+        ("1\t1\t0.5\n0\t1\t1\n3\tx\t1\n", 2, "row 0 is below 1"),
+        ("1\t1\t0.5\n2\t5\t1\n3\t3\n", 2, "column 5 is beyond the declared size 4"),
+        # a blank line before the data: pandas takes the file for empty
+        ("\n1\t1\t0.5\n", 1, "0 fields"),
+        (" \t\n\n2\tx\t0.5\n", 1, "0 fields"),
+    ],
+)
+@pytest.mark.parametrize("suffix", [".tsv", ".tsv.gz"])
+@pytest.mark.parametrize("chunk_lines", [1, 2, 4_000_000])
+def test_the_first_offending_line_is_named(tmp_path, monkeypatch, text, line, fragment,
+                                           suffix, chunk_lines):
+    monkeypatch.setattr(io, "_CHUNK_LINES", chunk_lines)
+    path = _write(tmp_path / f"m{suffix}", text)
+    with pytest.raises(ChallengeFormatError) as info:
+        io.read_triples(path, (4, 4))
+    assert (info.value.path, info.value.line) == (path, line)
+    assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize(("text", "line"), [("\n5\n", 1), ("\n\n5\n6\n", 1), ("0\nx\n", 1),
+                                            ("2\n1.5\n\n", 2)])
+def test_categories_name_the_first_offending_line(tmp_path, text, line):
+    path = _write(tmp_path / "c.tsv", text)  # "\n5\n" read as no row at all before
+    with pytest.raises(ChallengeFormatError) as info:
+        io.read_categories(path)
+    assert (info.value.path, info.value.line) == (path, line)
+
+
+@pytest.mark.parametrize(
+    ("content", "line", "fragment"),
+    [
+        # pandas rejects these, Python's float() took them: the error named no line
+        (b"1\t1\t0.5\n2\t2\t1_0\n", 2, "field 3 is '1_0', not a number"),
+        (b"1\t1\t0.5\n2\t2\t0.5\x1c\n", 2, "field 3 is '0.5\\x1c', not a number"),
+        (b"1\t1\t0.5\n2\t2\t0.5\xa0\n", 2, "field 3 is '0.5\\xa0', not a number"),
+        # pandas skips a byte-order mark: the first line is fine, the second is not
+        (b"\xef\xbb\xbf1\t1\t0.5\n2\tx\t1\n", 2, "field 2 is 'x'"),
+        (b"1\t1\t0.5\n2\t\xff\t1\n", 2, "field 2 is '\\xff', not a number"),
+    ],
+)
+def test_the_line_by_line_reading_accepts_what_pandas_accepts(tmp_path, content, line,
+                                                               fragment):
+    path = tmp_path / "m.tsv"
+    path.write_bytes(content)
+    with pytest.raises(ChallengeFormatError) as info:
+        io.read_triples(path, (4, 4))
+    assert info.value.line == line
+    assert fragment in str(info.value)
+
+
+def test_byte_order_mark_and_form_feeds_are_read_as_pandas_reads_them(tmp_path):
+    path = tmp_path / "m.tsv"
+    path.write_bytes(b"\xef\xbb\xbf1\t1\t0.5\x0c\r\n\x0b2 \t2\t1\r")
+    assert io.read_triples(path, (2, 2)).toarray().tolist() == [[0.5, 0], [0, 1]]
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ('"1"\t1\t0.5\n', "field 1 is '\"1\"', not a number"),  # was read as 1
+        ("1\t1\t'0.5'\n", "field 3 is \"'0.5'\", not a number"),
+        ("1\t1\tTrue\n2\t2\tFalse\n", "field 3 is 'True', not a number"),  # was 1.0, 0.0
+        ("true\t1\t0.5\n", "field 1 is 'true', not a number"),  # was row 1
+    ],
+)
+@pytest.mark.parametrize("suffix", [".tsv", ".tsv.gz"])
+def test_quotes_and_bools_are_not_numbers(tmp_path, text, fragment, suffix):
+    path = _write(tmp_path / f"m{suffix}", text)
+    with pytest.raises(ChallengeFormatError) as info:
+        io.read_triples(path, (4, 4))
+    assert info.value.line == 1 and fragment in str(info.value)
+    categories = _write(tmp_path / f"c{suffix}", "TRUE\n" if "True" in text else '"3"\n')
+    with pytest.raises(ChallengeFormatError, match="not a number") as info:
+        io.read_categories(categories)  # was [0] and [2]
+    assert info.value.line == 1
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("1\ninf\n", "row id inf is not a whole number >= 1"),  # was 2**63 - 1, with a warning
+    ("1\n1e20\n", "row id 100000000000000000000 is beyond the largest supported index"),
+    ("1\n2147483648\n", "row id 2147483648 is beyond the largest supported index 2147483647"),
+])
+def test_categories_ids_are_bounded(tmp_path, text, fragment):
+    path = _write(tmp_path / "c.tsv", text)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ChallengeFormatError) as info:
+            io.read_categories(path)
+    assert info.value.line == 2 and fragment in str(info.value)
+    assert io.read_categories(_write(tmp_path / "top.tsv", "2147483647\n")).tolist() == [
+        2147483646]
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "fragment"),
+    [
+        # summed before: to inf here, to 0.75 or to nothing (0.5 - 0.5) in the others
+        ("1\t1\t3e38\n2\t2\t1\n1\t1\t3e38\n", 3, "row 1 column 1 again (first on line 1)"),
+        ("1\t1\t0.5\n1\t1\t0.25\n", 2, "row 1 column 1 again"),
+        ("2\t3\t0.5\n1\t1\t1\n2\t3\t-0.5\n", 3, "row 2 column 3 again (first on line 1)"),
+        # a repeat before a bad line is the first offending line, and after one it is not
+        ("1\t1\t0.5\n1\t1\t0.5\n0\t1\t1\n", 2, "again"),
+        ("1\t1\t0.5\n1\t1\t0.5\n3\tx\t1\n", 2, "again"),
+        ("1\t1\t0.5\n0\t1\t1\n1\t1\t0.5\n", 2, "row 0 is below 1"),
+    ],
+)
+@pytest.mark.parametrize("suffix", [".tsv", ".tsv.gz"])
+def test_a_repeated_entry_is_an_error(tmp_path, text, line, fragment, suffix):
+    path = _write(tmp_path / f"m{suffix}", text)
+    with pytest.raises(ChallengeFormatError) as info:
+        io.read_triples(path, (4, 4))
+    assert info.value.line == line and fragment in str(info.value)
+
+
+def test_an_empty_gz_file_is_not_an_empty_answer(tmp_path):
+    path = tmp_path / "neuron1024-l120-categories.tsv.gz"
+    path.write_bytes(b"")  # a download cut at 0 bytes: was read as "no row survives"
+    for read in (io.read_categories, io.read_triples):
+        with pytest.raises(ChallengeFormatError) as info:
+            read(path)
+        assert str(info.value) == (f"{path}: not gzip data (the file is empty); expected "
+                                   "gzip data, as the name ends in .gz")
+    # gzip data of no text is an empty answer, as is an empty plain file
+    assert io.read_categories(io.write_categories(path, [])).size == 0
+    assert io.read_categories(_write(tmp_path / "c.tsv", "")).size == 0
+
+
+# ------------------------------------------------------------------ damaged .gz, changed files
+
+# 2000 lines: a 10-byte header, a deflate stream, an 8-byte trailer (CRC-32, size)
+_GZ = _gz_bytes("".join(_LINES.splitlines(keepends=True)[:2000]))
+
+
+@pytest.mark.parametrize("cut", [1, 2, 3, 9, 10, 11, 40, len(_GZ) // 2, len(_GZ) - 9,
+                                 len(_GZ) - 8, len(_GZ) - 4, len(_GZ) - 1],
+                         ids=lambda cut: f"cut{cut}")
+@pytest.mark.parametrize("reader", ["triples", "categories"])
+def test_gz_cut_anywhere_is_an_error_naming_the_file(tmp_path, cut, reader):
+    """Cut inside the 10-byte header, inside the deflate stream, inside the 8-byte trailer."""
+    path = tmp_path / "m.tsv.gz"
+    path.write_bytes(_GZ[:cut])
+    with pytest.raises(ChallengeFormatError) as info:
+        io.read_triples(path, (20000, 7)) if reader == "triples" else io.read_categories(path)
+    assert info.value.path == path and str(info.value).startswith(f"{path}")
+    if cut < 2:  # not even the magic bytes
+        assert info.value.line is None and "not gzip data" in str(info.value)
+    else:  # the line where the text stops: the first not decompressed whole
+        whole = zlib.decompressobj(wbits=31).decompress(_GZ[:cut]).count(b"\n")
+        assert info.value.line == whole + 1
+        assert f"truncated after {whole} complete lines" in str(info.value)
+
+
+@pytest.mark.parametrize("field", ["data", "length"])
+@pytest.mark.parametrize("reader", ["triples", "categories"])
+def test_gz_with_a_wrong_trailer_is_an_error_naming_the_file(tmp_path, field, reader):
+    data = bytearray(_GZ)
+    data[-8 if field == "data" else -4] ^= 0x01  # CRC-32, then size: the text is whole
+    path = tmp_path / "m.tsv.gz"
+    path.write_bytes(bytes(data))
+    with pytest.raises(ChallengeFormatError) as info:
+        io.read_triples(path, (20000, 7)) if reader == "triples" else io.read_categories(path)
+    assert info.value.path == path and str(info.value).startswith(f"{path}: corrupt gzip")
+    assert info.value.line is None  # was 2001, past the last line: the damage is no line's
+    assert (f"(Error -3 while decompressing data: incorrect {field} check) after 2000 lines: "
+            "they do not match the checksum") in str(info.value)
+
+
+def _replace(path, layer):
+    """Replace ``path`` by a new file (a new inode), as an editor or a download does."""
+    io.write_triples(path, layer)
+
+
+@pytest.mark.parametrize("which", [1, 5], ids=["parsed-already", "not-parsed-yet"])
+def test_a_layer_replaced_while_the_network_is_read(six_layers, which):
+    """read_network's progress callback runs between two layer files: the replacement of
+    one there is a real interleaving, with no monkeypatching of the reader."""
+    data, cache, net = six_layers
+    path = io.layer_path(data, 1024, which)
+    new = net.layers[which - 1] * np.float32(2)  # same pattern: same size of text
+    done = []
+
+    def replace_after_layer_two(k, total):
+        done.append(k)
+        if k == 2:
+            _replace(path, new)
+
+    read = io.read_network(data, 1024, 6, cache=cache, progress=replace_after_layer_two)
+    assert done == [1, 2, 3, 4, 5, 6]
+    expected = net.layers[which - 1] if which == 1 else new  # each file as it was read
+    assert (read.layers[which - 1] != expected).nnz == 0
+    # the layers read belong to no single state of the files: nothing may be cached for
+    # them, neither under the key of the files before nor under the key of those after
+    assert not list(cache.glob("*.npz"))
+    again = io.read_network(data, 1024, 6, cache=cache)
+    assert (again.layers[which - 1] != new).nnz == 0
+    assert len(list(cache.glob("*.npz"))) == 1  # now cached, and used:
+    assert (io.read_network(data, 1024, 6, cache=cache).layers[which - 1] != new).nnz == 0
+
+
+def test_a_cached_network_whose_gz_layer_is_replaced_is_read_again(tmp_path):
+    """A stale cache is never used: a .gz layer replaced by one of the same size and mtime
+    is read again (the key hashes the bytes; an in-place edit of a plain file is above)."""
+    data, cache = tmp_path / "data" / "neuron2", tmp_path / "cache"
+    data.mkdir(parents=True)
+
+    def stored(text):  # deflate's stored blocks: the same length of text, the same size
+        return gzip.compress(text.encode(), compresslevel=0, mtime=0)
+
+    (data / "n2-l1.tsv.gz").write_bytes(stored("1\t1\t1\n2\t2\t1\n"))
+    path = data / "n2-l2.tsv.gz"
+    path.write_bytes(stored("1\t1\t0.5\n2\t2\t0.25\n"))
+    assert io.read_network(data, 2, 2, cache=cache, bias=0.0).layers[1][0, 0] == 0.5
+    before = path.stat()
+    path.with_suffix(".new").write_bytes(stored("1\t1\t1.5\n2\t2\t0.25\n"))
+    os.replace(path.with_suffix(".new"), path)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    assert io.read_network(data, 2, 2, cache=cache, bias=0.0).layers[1][0, 0] == 1.5
+    assert len(list(cache.glob("*.npz"))) == 2
