@@ -32,10 +32,12 @@ import time
 import numpy as np
 from distributed import Client, LocalCluster
 
+from sdnn_dask.allocator import tune_allocator
 from sdnn_dask.images import make_inputs
 from sdnn_dask.partition import make_neuron_partition
 from sdnn_dask.radixnet import make_network
 from sdnn_dask.training import SGD, init_model, train_step
+from sdnn_dask.training.compiled import Workspace
 from sdnn_dask.training.data_parallel import DataParallelTrainer
 from sdnn_dask.training.model_parallel import ModelParallelTrainer
 
@@ -82,7 +84,8 @@ def _run(client: Client, kind: str, network, partitions: dict, inputs, labels, a
         trainers = _trainers(client, model, partitions, graph)
         try:
             # one untimed step each: compilation, placement, connections
-            train_step(serial, inputs[:batch], labels[:batch], optimizer)
+            workspace = Workspace()  # the serial step at its best: tiles reused
+            train_step(serial, inputs[:batch], labels[:batch], optimizer, workspace=workspace)
             for trainer in trainers.values():
                 trainer.step(inputs[:batch], labels[:batch])
             comp = []
@@ -91,7 +94,7 @@ def _run(client: Client, kind: str, network, partitions: dict, inputs, labels, a
             for s in range(1, args.steps + 1):
                 x, y = inputs[s * batch:(s + 1) * batch], labels[s * batch:(s + 1) * batch]
                 start = time.perf_counter()
-                expected = train_step(serial, x, y, optimizer)
+                expected = train_step(serial, x, y, optimizer, workspace=workspace)
                 comp.append(time.perf_counter() - start)
                 for name, trainer in trainers.items():
                     step = trainer.step(x, y)
@@ -124,6 +127,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="leave out the graph-transport baselines (slow at 120 layers)")
     args = parser.parse_args(argv)
     faulthandler.enable()  # a crash in a kernel or a thread leaves its traceback
+    # the serial baseline runs here: the same allocator settings as the workers (without
+    # them its fresh tiles page-fault, and a threaded cluster's run_on_workers would
+    # set them here anyway: the baseline would differ between the two clusters)
+    tune_allocator()
 
     network = make_network(1024, args.layers)
     partitions = {m: make_neuron_partition(network, 2, m, cache=m == "hypergraph")

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from . import config, io, outputs, records, report, study
 from ._files import atomic_path, write_text_atomic
+from .allocator import tune_allocator
 from .network import Network
 from .reference import check_categories
 from .registry import NEURON_PARTITIONS, ORDERS, ROW_PARTITIONS, STRATEGIES, TRANSPORTS
@@ -579,6 +580,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if not args.no_write:
         _check_writable_folder(args.results, "--results")
     network = load_network(args, progress)
+    tune_allocator()  # the serial step runs here: as the workers, no page-faulting tiles
     progress.say(f"training {network.name}: {network.edges:,} weights, batches "
                  f"{args.batches}, {args.steps} steps each")
     with _cluster_client(args, progress) as client:

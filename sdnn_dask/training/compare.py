@@ -33,6 +33,7 @@ from distributed import Client
 from ..images import make_inputs
 from ..network import Network
 from ..report import to_markdown
+from .compiled import Workspace
 from .data_parallel import DataParallelTrainer
 from .digits import DigitsData, digits_model, load_digits_1024
 from .loop import fit, fit_trainer, step_bytes, train_step
@@ -204,6 +205,7 @@ def compare_training(client: Client, network: Network, *, batches: Sequence[int]
         start_model = init_model(network, classes, seed=seed)
         serial = start_model.copy()
         optimizer = SGD(serial, lr, momentum=momentum)
+        workspace = Workspace()  # the serial step's tiles reused, as every trainer's are
         trainers: list[tuple[str, str, int, Any]] = []
         try:
             for strategy, partition in configs:
@@ -217,7 +219,7 @@ def compare_training(client: Client, network: Network, *, batches: Sequence[int]
                 x = inputs[s * batch:(s + 1) * batch]
                 y = labels[s * batch:(s + 1) * batch]
                 t0 = time.perf_counter()
-                expected = train_step(serial, x, y, optimizer)
+                expected = train_step(serial, x, y, optimizer, workspace=workspace)
                 serial_s = time.perf_counter() - t0
                 if s:
                     out.append(("serial", "none", 1, 1, batch, s, serial_s, expected,
