@@ -634,3 +634,25 @@ def test_network_as_pattern_ignores_its_values():
     model = init_model(net, classes=2, seed=0)
     assert model.ymax == 5.0 and (model.biases[0] == 0).all()
     assert not np.allclose(model.weights[0].data, 3.0)
+
+
+def test_backward_into_one_vector_gives_the_same_gradients():
+    """``backward(..., out=v)``: the same bits as the arrays it returns otherwise, every
+    gradient a view of ``v`` in the order of ``parameters()`` (what data parallelism
+    reduces without a copy)."""
+    from sdnn_dask.radixnet import make_network
+    from sdnn_dask.training import compiled, init_model
+
+    rng = np.random.default_rng(3)
+    model = init_model(make_network(1024, 3), classes=10, seed=1)
+    x, labels = rng.random((19, 1024), dtype=np.float32), rng.integers(0, 10, 19)
+    _, plain = compiled.backward(model, compiled.forward(model, x), labels)
+    size = sum(p.size for p in model.parameters())
+    out = np.full(size, np.nan, np.float32)
+    _, viewed = compiled.backward(model, compiled.forward(model, x), labels, out=out)
+    np.testing.assert_array_equal(out, np.concatenate([a.ravel() for a in plain.arrays()]))
+    for a, b in zip(plain.arrays(), viewed.arrays(), strict=True):
+        np.testing.assert_array_equal(a, b)
+        assert np.shares_memory(b, out)
+    with pytest.raises(ValueError, match="float32 vector"):
+        compiled.backward(model, compiled.forward(model, x), labels, out=out[:-1])

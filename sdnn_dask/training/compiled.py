@@ -372,6 +372,7 @@ class Workspace:
 
     def __init__(self) -> None:
         self._by_key: dict[tuple, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+        self._vector: np.ndarray | None = None
 
     def take(self, sizes: list[int], rows: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Tiles ``sizes[k] x rows`` (the input and one per layer) and two spare tiles of
@@ -385,6 +386,12 @@ class Workspace:
                 self._by_key.pop(next(iter(self._by_key)))  # the least recently used
         self._by_key[key] = found  # most recent last
         return found
+
+    def vector(self, size: int) -> np.ndarray:
+        """A float32 vector of ``size`` values, the same one each time (a gradient's)."""
+        if self._vector is None or self._vector.size != size:
+            self._vector = np.empty(size, np.float32)
+        return self._vector
 
 
 @dataclass
@@ -439,9 +446,16 @@ def forward(model: SparseModel, x: np.ndarray | sp.spmatrix | sp.sparray,
     return CompiledCache(list(tiles), logits, spare)
 
 
-def backward(model: SparseModel, cache: CompiledCache, labels: np.ndarray
-             ) -> tuple[float, Gradients]:
+def backward(model: SparseModel, cache: CompiledCache, labels: np.ndarray,
+             out: np.ndarray | None = None) -> tuple[float, Gradients]:
     """The mean softmax cross-entropy of ``cache``'s rows and its gradient (float32).
+
+    Parameters
+    ----------
+    out
+        Optional float32 vector of every parameter's size end to end (the order of
+        :meth:`SparseModel.parameters`): the gradients are written into it and returned
+        as views of it (data parallelism then reduces it as it is, without a copy).
 
     Returns
     -------
@@ -452,8 +466,13 @@ def backward(model: SparseModel, cache: CompiledCache, labels: np.ndarray
     layout = _layout(model)
     value, dlogits = softmax_cross_entropy(cache.logits, labels)
     tiles = cache.activations
-    d_readout = tiles[-1] @ dlogits
-    d_readout_bias = dlogits.sum(axis=0)
+    views = _views(out, model) if out is not None else None
+    if views is None:
+        d_readout = tiles[-1] @ dlogits
+        d_readout_bias = dlogits.sum(axis=0)
+    else:
+        d_readout = np.matmul(tiles[-1], dlogits, out=views[-2])
+        d_readout_bias = np.sum(dlogits, axis=0, out=views[-1])
     a, b = cache._spare
     n_last = tiles[-1].shape[0]
     dyt = a[:n_last]
@@ -465,14 +484,34 @@ def backward(model: SparseModel, cache: CompiledCache, labels: np.ndarray
         dbs.append(db)
         if k > 0:
             # the layer below's delta straight away (its mask applied on the way out)
-            out = b[: w.shape[0]]
-            dt, g, db = layer_backward_t(dt, tiles[k], w, out, layout.order_bwd[k],
-                                         mask_ymax=model.ymax)
+            below = b[: w.shape[0]]
+            dt, g, db = layer_backward_t(dt, tiles[k], w, below, layout.order_bwd[k],
+                                         mask_ymax=model.ymax,
+                                         grad=None if views is None else views[k])
             a, b = b, a
         else:
-            g = sampled_gradient_t(tiles[k], dt, w, layout.order_bwd[k])
+            g = sampled_gradient_t(tiles[k], dt, w, layout.order_bwd[k],
+                                   grad=None if views is None else views[k])
         dws.append(g)
+    if views is not None:  # the biases' (small) into the vector too
+        n = model.n_layers
+        for k, db_k in enumerate(dbs[::-1]):
+            views[n + k][...] = db_k
+        dbs = [views[n + k] for k in range(n)][::-1]
     return value, Gradients(dws[::-1], dbs[::-1], d_readout, d_readout_bias)
+
+
+def _views(out: np.ndarray, model: SparseModel) -> list[np.ndarray]:
+    """Views of the flat vector ``out`` shaped as ``model``'s parameters, in order."""
+    params = model.parameters()
+    if out.dtype != np.float32 or out.shape != (sum(p.size for p in params),):
+        raise ValueError(f"out must be a float32 vector of {sum(p.size for p in params)} "
+                         f"values, got {out.dtype} {out.shape}")
+    views, at = [], 0
+    for p in params:
+        views.append(out[at:at + p.size].reshape(p.shape))
+        at += p.size
+    return views
 
 
 def loss(model: SparseModel, x: np.ndarray | sp.spmatrix | sp.sparray, labels: np.ndarray,

@@ -130,7 +130,8 @@ def chunks(n: int, groups: int) -> np.ndarray:
 
 
 def allreduce(slot: _Slot, groups: int, vector: np.ndarray) -> np.ndarray:
-    """The sum over the ``groups`` row groups of this part's flat gradient ``vector``.
+    """The sum over the ``groups`` row groups of this part's flat gradient ``vector``
+    (written into ``vector``, which is returned).
 
     Reduce-scatter, then all-gather: slot ``(g, c)`` sums chunk ``g`` of every group's
     vector, in group order, and sends the sum to the other groups' slots of part ``c``.
@@ -149,11 +150,12 @@ def allreduce(slot: _Slot, groups: int, vector: np.ndarray) -> np.ndarray:
         total += got[g]
     for g in others:
         slot.send(GATHER, "gradient", g, 0, part, me, total)
-    out = np.empty_like(vector)
-    out[bounds[me]:bounds[me + 1]] = total
+    # in place: chunk g of ``vector`` was read (for its sum) by group g only, which has
+    # sent its total, so it is done with it; chunk ``me`` was read here
+    vector[bounds[me]:bounds[me + 1]] = total
     for g, piece in slot.receive(GATHER, 0, others).items():
-        out[bounds[g]:bounds[g + 1]] = piece
-    return out
+        vector[bounds[g]:bounds[g + 1]] = piece
+    return vector
 
 
 def _split(order: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -432,14 +434,21 @@ def run_slot(key: str, token: str, group: int, part: int, groups: int, parts: in
 def _data_step(slot: _Slot, key: str, groups: int, x: Any, labels: np.ndarray,
                share: float, backend: str) -> float:
     """A whole-model slot: the serial kernels on its rows, the gradient all-reduced."""
+    from . import compiled
     from .data_parallel import held
     from .loop import gradients
 
     model, optimizer, workspace = held(key)
     arrays = model.parameters()
-    if x.shape[0]:
-        loss, grads = gradients(model, x, labels, backend,
-                                workspace if backend == "compiled" else None)
+    if x.shape[0] and backend == "compiled":
+        # the gradient written straight into one vector (reduced as it is), reused
+        vector = workspace.vector(sum(a.size for a in arrays))
+        loss, _ = compiled.backward(model, compiled.forward(model, x, workspace), labels,
+                                    out=vector)
+        if share != 1.0:
+            vector *= vector.dtype.type(share)
+    elif x.shape[0]:
+        loss, grads = gradients(model, x, labels, backend, None)
         vector = flatten(grads.arrays())
         if share != 1.0:
             vector *= vector.dtype.type(share)
