@@ -505,23 +505,60 @@ def convert_challenge(
                              source=source)
 
 
+def _convert_task(path: str, n_neurons: int, layer: int, folder: str):
+    """:func:`convert_layer` on a worker; a bad file is returned, not raised.
+
+    A user's mistake, not a failure of the task: raised, the worker would log it as an
+    error with a traceback before the client reports it.
+    """
+    try:
+        return convert_layer(path, n_neurons, layer, folder)
+    except ChallengeFormatError as error:
+        return layer, error
+
+
 def _convert_on(client: Any, paths: list[Path], n_neurons: int, tmp: str, writer: StoreWriter,
                 progress: Progress | None) -> None:
+    """One task per file, at most two per worker thread at a time.
+
+    After a bad file no more are submitted, and the ones running are waited for (about one
+    file's time): so the error is reported, and the store's folder removed, with no task
+    left writing into it or cancelled mid-way (which the workers would log). The error of
+    the lowest layer found bad is raised. An interrupt cancels every task.
+    """
     from distributed import as_completed
 
     token = uuid.uuid4().hex[:8]
-    futures = [client.submit(convert_layer, str(path.absolute()), n_neurons, k, tmp,
-                             key=f"sdnn-convert-{token}-l{k}", pure=False)
-               for k, path in enumerate(paths, start=1)]
+    threads = sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values())
+    todo = iter(enumerate(paths, start=1))
+    futures = []
+
+    def submit() -> None:
+        k, path = next(todo)
+        futures.append(client.submit(_convert_task, str(path.absolute()), n_neurons, k, tmp,
+                                     key=f"sdnn-convert-{token}-l{k}", pure=False))
+
+    for _ in range(min(len(paths), 2 * max(threads, 1))):
+        submit()
+    errors: list[tuple[int, ChallengeFormatError]] = []
     try:
-        for done, future in enumerate(as_completed(futures), start=1):
-            writer.add(*future.result())
+        running = as_completed(futures, loop=client.loop)
+        for future in running:
+            layer, result = future.result()
+            if isinstance(result, ChallengeFormatError):
+                errors.append((layer, result))
+                continue
+            writer.add(layer, result)
             if progress is not None:
-                progress(done, len(paths))
+                progress(len(writer.entries), len(paths))
+            if not errors and len(futures) < len(paths):
+                submit()
+                running.add(futures[-1])
     except BaseException:
-        # tasks not started are dropped; one already running finds tmp gone (abort)
         client.cancel(futures)
         raise
+    if errors:
+        raise min(errors, key=lambda found: found[0])[1]
 
 
 # --------------------------------------------------------------------------- reading
