@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from . import __version__, config, io
+from . import config, io
 from .io import ChallengeFormatError
 from .network import Network, as_csr32
 
@@ -64,6 +64,12 @@ BIAS_FILE = "bias.npy"
 #: A layer's arrays, in file order, with their exact on-disk dtypes.
 _PARTS = (("indptr", np.dtype("<i8")), ("indices", np.dtype("<i4")), ("data", np.dtype("<f4")))
 _BLOCK = 1 << 20
+
+
+def _version() -> str:
+    from . import __version__  # here: the package may import this module before setting it
+
+    return __version__
 
 
 def layer_file(layer: int, part: str) -> str:
@@ -297,9 +303,9 @@ class StoreWriter:
                 if size != file["bytes"]:
                     found = "missing" if size is None else f"{size} bytes"
                     raise ChallengeFormatError(
-                        path, f"{found}; expected {file['bytes']} bytes, as written (workers "
-                        "write the layer files: the folder must be on a filesystem they "
-                        "share with this process)")
+                        path, f"{found}; expected {file['bytes']} bytes, as written (on a "
+                        "cluster the workers write the layer files: the folder must be on a "
+                        "filesystem they share with this process, at the same path)")
         manifest = {
             "format": FORMAT,
             "version": VERSION,
@@ -310,7 +316,7 @@ class StoreWriter:
             "bias": self._bias_entry(bias, n_neurons),
             "ymax": float(config.get("ymax") if ymax is None else ymax),
             "source": source,
-            "written_by": f"sdnn_dask {__version__}",
+            "written_by": f"sdnn_dask {_version()}",
             "layers": layers,
         }
         if not (math.isfinite(manifest["ymax"]) and manifest["ymax"] > 0):
@@ -660,7 +666,7 @@ def _read_manifest(folder: Path) -> dict[str, Any]:
         raise _bad_manifest(path, f"format {manifest.get('format')!r}")
     if manifest.get("version") != VERSION:
         raise ChallengeFormatError(path, f"version {manifest.get('version')!r} of {FORMAT}; "
-                                   f"this sdnn_dask {__version__} reads version {VERSION} only")
+                                   f"this sdnn_dask {_version()} reads version {VERSION} only")
     n = _integer(manifest.get("n_neurons"), "n_neurons", path, 1)
     n_layers = _integer(manifest.get("n_layers"), "n_layers", path, 1)
     layers = manifest.get("layers")
