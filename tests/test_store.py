@@ -414,3 +414,15 @@ def test_convert_challenge_stops_at_a_bad_file_and_leaves_nothing(tmp_path, net)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
     with pytest.raises(FileNotFoundError, match="2 of 6 layer files"):
         store.convert_challenge(data, tmp_path / "net", N, 6)
+
+
+def test_commit_checks_the_files_tasks_wrote(tmp_path, net):
+    """A layer entry whose file is not there (a worker on another filesystem): refused."""
+    with pytest.raises(ChallengeFormatError) as info, store.StoreWriter(tmp_path / "net") as w:
+        entry = store.write_layer_files(w.tmp, 1, net.layers[0], N)
+        w.add(1, entry)
+        (w.tmp / "l1.indices.npy").unlink()
+        w.commit(n_neurons=N)
+    assert info.value.path.name == "l1.indices.npy"
+    assert "missing; expected 131200 bytes" in str(info.value)
+    assert not list(tmp_path.iterdir())
