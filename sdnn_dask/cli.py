@@ -1,6 +1,7 @@
 """The ``sdnn-dask`` command line (also ``python -m sdnn_dask``).
 
-Subcommands: ``generate`` (network and inputs in challenge format), ``infer`` (one
+Subcommands: ``generate`` (network and inputs in challenge format), ``convert``
+(challenge layer files into a network store, :mod:`sdnn_dask.store`), ``infer`` (one
 strategy), ``compare`` (the main job: serial against data, model and hybrid parallelism,
 verified, recorded, reported), ``train`` (training under every strategy against the
 serial run: timed steps and the bytes crossover, or the digits epoch by epoch), ``study``
@@ -320,13 +321,57 @@ def cmd_generate(args: argparse.Namespace) -> int:
         count(k, layers)
         written += 1
     io.write_inputs(out / f"sparse-images-{n}{suffix}", inputs)
+    store_folder = None
+    if args.store:
+        from . import store
+
+        store_folder = store.write_network(
+            out / store_name(n, layers), network, overwrite=True,
+            source={"generated": "radixnet", "seed": args.seed},
+            progress=progress.counter("store layers"))
     if not args.no_truth:
         with progress.step("computing the truth categories"):
             block = forward_block(network, inputs)
         io.write_categories(out / f"neuron{n}-l{layers}-categories{suffix}", block.rows)
         progress.say(f"{len(block.rows)} of {rows} rows survive all {layers} layers")
     print(f"wrote {written} layers, {rows} inputs"
-          + ("" if args.no_truth else " and the categories") + f" under {out}")
+          + ("" if args.no_truth else " and the categories") + f" under {out}"
+          + ("" if store_folder is None else f"; the network store {store_folder}"))
+    return 0
+
+
+def store_name(n_neurons: int, n_layers: int) -> str:
+    """Folder name of the network store ``generate --store`` writes beside the layers."""
+    return f"neuron{n_neurons}-l{n_layers}.store"
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from . import store
+
+    progress = Progress(args.quiet)
+    data: Path = args.challenge_dir
+    out: Path = args.out
+    n, n_layers = args.neurons, args.layers
+    if not data.is_dir():
+        raise UsageError(f"convert CHALLENGE_DIR {data}: no such folder")
+    io.layer_paths(data, n, n_layers)  # every file there, before a cluster starts
+    try:
+        store.check_destination(out, args.overwrite)
+    except FileExistsError as error:
+        hint = "; pass --overwrite to replace it" if "without overwrite" in str(error) else ""
+        raise UsageError(f"convert OUT: {error}{hint}") from None
+    _check_writable_folder(out.absolute().parent, "convert OUT's parent folder")
+    with _cluster_client(args, progress) as client:
+        with progress.step(f"converting {n_layers} layer files of the {n}-neuron network"):
+            try:
+                folder = store.convert_challenge(
+                    data, out, n, n_layers, client=client, overwrite=args.overwrite,
+                    progress=progress.counter("layer files"))
+            except FileExistsError as error:  # appeared meanwhile
+                raise UsageError(f"convert OUT: {error}") from None
+    written = store.open_store(folder)
+    print(f"wrote {written.n_layers} layers, {written.edges} edges, "
+          f"{written.nbytes() / 1e6:.1f} MB: the network store {folder}")
     return 0
 
 
@@ -370,7 +415,7 @@ def _batch_runner(args: argparse.Namespace) -> Iterator[None]:
     any problem is loaded; the client task goes on with ``args.cluster`` set to the runner,
     and stops the scheduler and workers on the way out, whatever happens.
     """
-    if args.command not in ("infer", "compare", "study"):
+    if args.command not in ("infer", "compare", "study", "convert"):
         yield
         return
     from .cluster import ClusterError, cluster_profile, is_address, start_slurm_runner
@@ -955,8 +1000,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gzip", action="store_true", help="write .tsv.gz files")
     p.add_argument("--no-truth", action="store_true",
                    help="do not compute and write the categories file")
+    p.add_argument("--store", action="store_true",
+                   help="also write the network as a binary network store, "
+                        "OUT/neuron{N}-l{L}.store (see convert; default: not written)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress messages")
     p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("convert", help="convert challenge layer files into a binary, "
+                                       "memory-mappable network store, a Dask task per file")
+    p.add_argument("challenge_dir", type=Path, metavar="CHALLENGE_DIR",
+                   help="challenge folder with neuron{N}/n{N}-l{k}.tsv[.gz] (or the "
+                        "neuron{N} folder)")
+    p.add_argument("out", type=Path, metavar="OUT",
+                   help="the store's folder (new, or empty; or a store, with --overwrite)")
+    p.add_argument("--neurons", "-N", type=_neurons, default=1024,
+                   help="neurons per layer: 1024, 4096, 16384 or 65536 (1024)")
+    p.add_argument("--layers", "-L", type=POSITIVE, default=120,
+                   help="layers 1..L to convert, every file present (120)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a network store at OUT, once the new one is whole (default: "
+                        "an existing OUT is an error)")
+    _add_cluster_arguments(p)
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress messages")
+    p.set_defaults(func=cmd_convert)
 
     p = sub.add_parser("infer", help="run one strategy; print the rate, PASS/FAIL with truth")
     _add_problem_arguments(p)

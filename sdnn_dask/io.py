@@ -59,8 +59,14 @@ class ChallengeFormatError(ValueError):
     def __init__(self, path: PathLike, message: str, line: int | None = None):
         self.path = Path(path)
         self.line = line
+        self.message = message
         where = f"{self.path}, line {line}" if line is not None else str(self.path)
         super().__init__(f"{where}: {message}")
+
+    def __reduce__(self):
+        # raised in a Dask task, it is pickled to the client: rebuild it from its own
+        # arguments (the default, ``cls(*self.args)``, passes the whole text as the path)
+        return type(self), (self.path, self.message, self.line)
 
 
 # --------------------------------------------------------------------------- paths
@@ -531,6 +537,26 @@ def read_layer(path: PathLike, n_neurons: int) -> sp.csr_matrix:
     return read_triples(path, (n_neurons, n_neurons))
 
 
+def layer_paths(directory: PathLike, n_neurons: int, n_layers: int) -> list[Path]:
+    """The files of layers ``1..n_layers`` (see :func:`layer_path`), every one existing.
+
+    Raises
+    ------
+    FileNotFoundError
+        Naming every missing layer file (the first three, and how many more).
+    """
+    paths = [layer_path(directory, n_neurons, k) for k in range(1, n_layers + 1)]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3
+                                           else "")
+        raise FileNotFoundError(
+            f"{len(missing)} of {n_layers} layer files of the {n_neurons}-neuron network are "
+            f"missing under {directory}: {shown}"
+        )
+    return paths
+
+
 def read_weights(
     directory: PathLike,
     n_neurons: int,
@@ -545,15 +571,7 @@ def read_weights(
     FileNotFoundError
         Naming every missing layer file (all are checked before any is parsed).
     """
-    paths = [layer_path(directory, n_neurons, k) for k in range(1, n_layers + 1)]
-    missing = [str(p) for p in paths if not p.is_file()]
-    if missing:
-        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3
-                                           else "")
-        raise FileNotFoundError(
-            f"{len(missing)} of {n_layers} layer files of the {n_neurons}-neuron network are "
-            f"missing under {directory}: {shown}"
-        )
+    paths = layer_paths(directory, n_neurons, n_layers)
     layers = []
     for k, path in enumerate(paths, start=1):
         layers.append(read_layer(path, n_neurons))

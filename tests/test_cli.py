@@ -233,3 +233,85 @@ def test_every_option_says_what_it_does_and_its_default():
         if not text or not names_default:
             missing.append(f"{command} {'/'.join(action.option_strings) or action.dest}")
     assert not missing, missing
+
+
+# --------------------------------------------------------------------------- network stores
+
+
+@pytest.fixture(scope="module")
+def small_challenge(tmp_path_factory):
+    """A generated 1024-3 challenge folder (gzipped), with its network store."""
+    folder = tmp_path_factory.mktemp("small")
+    assert main(["generate", str(folder), "-L", "3", "-n", "50", "--gzip", "--store",
+                 "-q"]) == 0
+    return folder
+
+
+def _equal_to_the_text_files(opened, folder, n_layers):
+    text = io.read_network(folder, 1024, n_layers)
+    assert opened.n_layers == n_layers and opened.edges == text.edges
+    for k, expected in enumerate(text.layers, start=1):
+        layer = opened.layer(k)
+        assert (layer != expected).nnz == 0 and (layer.indices == expected.indices).all()
+    assert (opened.bias == text.bias).all() and opened.ymax == text.ymax
+
+
+def test_generate_store_writes_the_network_as_a_store(small_challenge, capsys):
+    from sdnn_dask import store
+
+    opened = store.open_store(small_challenge / "neuron1024-l3.store", verify=True)
+    _equal_to_the_text_files(opened, small_challenge, 3)
+    assert opened.name == "radixnet-1024-3-s0"
+    assert opened.source == {"generated": "radixnet", "seed": 0}
+    # generate again into the same folder: the store is replaced, like the other files
+    assert main(["generate", str(small_challenge), "-L", "3", "-n", "50", "--gzip", "--store",
+                 "--seed", "1", "--no-truth"]) == 0
+    assert "the network store" in capsys.readouterr().out
+    assert store.open_store(small_challenge / "neuron1024-l3.store").source["seed"] == 1
+    assert not list(small_challenge.glob(".*"))  # no partial or old folder left
+
+
+def test_convert_on_two_workers_gives_the_text_files(small_challenge, tmp_path, capsys):
+    from sdnn_dask import store
+
+    out = tmp_path / "net.store"
+    assert main(["convert", str(small_challenge), str(out), "-N", "1024", "-L", "3",
+                 "--workers", "2"]) == 0
+    captured = capsys.readouterr()
+    assert "wrote 3 layers, 98304 edges" in captured.out and str(out) in captured.out
+    assert "layer files: 3/3" in captured.err  # progress was shown
+    opened = store.open_store(out, verify=True)
+    _equal_to_the_text_files(opened, small_challenge, 3)
+    assert opened.manifest["layers"][1]["source"]["path"] == str(
+        small_challenge / "neuron1024" / "n1024-l2.tsv.gz")
+    assert [p.name for p in tmp_path.iterdir()] == ["net.store"]
+    with pytest.raises(SystemExit, match="pass --overwrite to replace it") as info:
+        main(["convert", str(small_challenge), str(out), "-L", "3"])
+    assert info.value.code == 2
+
+
+def test_convert_bad_input_exits_2_naming_the_file(small_challenge, tmp_path, capsys):
+    data = tmp_path / "data"
+    (data / "neuron1024").mkdir(parents=True)
+    for k in (1, 2, 3):
+        name = f"n1024-l{k}.tsv.gz"
+        (data / "neuron1024" / name).write_bytes(
+            (small_challenge / "neuron1024" / name).read_bytes())
+    bad = data / "neuron1024" / "n1024-l2.tsv"
+    bad.with_suffix(".tsv.gz").unlink()
+    bad.write_text("1\t1\t0.5\n1\t2\tx\n")
+    out = tmp_path / "net.store"
+    assert main(["convert", str(data), str(out), "-L", "3", "--workers", "2", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {bad}, line 2: " in err and "'x'" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]  # nothing half-written
+
+    assert main(["convert", str(data), str(out), "-L", "5", "-q"]) == 2  # before any cluster
+    assert "2 of 5 layer files of the 1024-neuron network are missing" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="no such folder") as info:
+        main(["convert", str(tmp_path / "nowhere"), str(out), "-q"])
+    assert info.value.code == 2
+    with pytest.raises(SystemExit, match="is not a network store") as info:
+        main(["convert", str(data), str(data), "-L", "3", "--overwrite", "-q"])
+    assert info.value.code == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]

@@ -146,6 +146,18 @@ def test_missing_layer_files_are_all_named(tmp_path):
     assert "5 of 7 layer files" in str(info.value) and " and 2 more" in str(info.value)
 
 
+def test_format_error_survives_pickling():
+    """Raised in a Dask task, the error reaches the client whole (path, line, message)."""
+    import pickle
+
+    for error in (ChallengeFormatError("/d/n1024-l3.tsv", "row 0 is below 1", 7),
+                  ChallengeFormatError("/d/manifest.json", "missing")):
+        again = pickle.loads(pickle.dumps(error))
+        assert type(again) is ChallengeFormatError and str(again) == str(error)
+        assert (again.path, again.line, again.message) == (error.path, error.line,
+                                                           error.message)
+
+
 def test_index_beyond_int32_names_its_line(tmp_path):
     path = _write(tmp_path / "big.tsv", "1\t2\t0.5\n3\t4294967296\t0.5\n")
     with pytest.raises(ChallengeFormatError) as info:
