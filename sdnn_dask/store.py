@@ -934,13 +934,20 @@ class NetworkStore:
             ahead.release()
             thread.join()
 
-    def to_network(self) -> Network:
-        """Every layer read into memory (copies, not maps): a :class:`Network`.
+    def to_network(self, n_layers: int | None = None) -> Network:
+        """Every layer (or the first ``n_layers``) read into memory (copies, not maps): a
+        :class:`Network`.
 
         For networks that fit in memory; the layers are read with :meth:`layers`.
         """
-        layers = [sp.csr_matrix((np.array(w.data), np.array(w.indices), np.array(w.indptr)),
-                                shape=w.shape) for w in self.layers(window=2)]
+        if n_layers is not None and not 1 <= n_layers <= self.n_layers:
+            raise ValueError(f"n_layers must be in 1..{self.n_layers}, got {n_layers}")
+        layers = []
+        for w in self.layers(window=2):
+            if n_layers is not None and len(layers) == n_layers:
+                break
+            layers.append(sp.csr_matrix((np.array(w.data), np.array(w.indices),
+                                         np.array(w.indptr)), shape=w.shape))
         return Network(layers, bias=self.bias, ymax=self.ymax, name=self.name)
 
     def verify(self) -> None:

@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from . import io, records
+from . import io, records, store
 from .check import BoundedReference, bounded_reference, check_result
 from .kernels import KernelSettings
 from .network import Network
@@ -220,6 +220,8 @@ def load_network(spec: ProblemSpec, *, cache: bool = True,
     data = Path(spec.data)
     if not data.is_dir():
         raise StudyError(f"data {data}: no such folder")
+    if (data / store.MANIFEST).is_file():  # a network store (sdnn-dask convert/generate)
+        return _store_network(data, spec, progress)
     held = available_layers(data, n)
     if held == 0:
         raise StudyError(f"data {data}: no layer file of N = {n} "
@@ -231,6 +233,22 @@ def load_network(spec: ProblemSpec, *, cache: bool = True,
     _say(progress, f"reading {n}-{spec.layers} weights from {data}")
     network = io.read_network(data, n, spec.layers, cache=cache, progress=layer_progress)
     return network, spec
+
+
+def _store_network(folder: Path, spec: ProblemSpec,
+                   progress: Callable[[str], None] | None) -> tuple[Network, ProblemSpec]:
+    """The first ``spec.layers`` layers of the network store ``folder`` (capped at what it
+    holds, said through ``progress``)."""
+    held = store.open_store(folder)
+    if held.n_neurons != spec.neurons:
+        raise StudyError(f"data {folder}: a store of N = {held.n_neurons}, not "
+                         f"{spec.neurons}")
+    if held.n_layers < spec.layers:
+        _say(progress, f"{folder} holds layers 1-{held.n_layers}, not {spec.layers}: "
+                       f"running {held.n_layers} layers")
+        spec = dataclasses.replace(spec, layers=held.n_layers)
+    _say(progress, f"reading {spec.neurons}-{spec.layers} weights from the store {folder}")
+    return held.to_network(spec.layers), spec
 
 
 def load_problem(spec: ProblemSpec | None = None, *, cache: bool = True,

@@ -426,3 +426,27 @@ def test_commit_checks_the_files_tasks_wrote(tmp_path, net):
     assert info.value.path.name == "l1.indices.npy"
     assert "missing; expected 131200 bytes" in str(info.value)
     assert not list(tmp_path.iterdir())
+
+
+def test_a_store_is_a_data_folder_for_the_network(written, net, capsys):
+    """``--data STORE`` (``study.load_network``): the store's first layers, capped at what it
+    holds with a message; a store of another N is a user error (exit 2)."""
+    from sdnn_dask.cli import main
+    from sdnn_dask.study import ProblemSpec, StudyError, load_network
+
+    said = []
+    got, spec = load_network(ProblemSpec(neurons=net.n_neurons, layers=2, data=str(written)),
+                             progress=said.append)
+    assert got.n_layers == 2 and spec.layers == 2
+    for a, b in zip(got.layers, net.layers[:2], strict=True):
+        assert _same_layer(a, b)
+    got, spec = load_network(ProblemSpec(neurons=net.n_neurons, layers=50, data=str(written)),
+                             progress=said.append)
+    assert got.n_layers == net.n_layers == spec.layers
+    assert any(f"holds layers 1-{net.n_layers}, not 50" in line for line in said)
+    with pytest.raises(StudyError, match=f"a store of N = {net.n_neurons}, not 4096"):
+        load_network(ProblemSpec(neurons=4096, layers=2, data=str(written)))
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "-N", "4096", "--data", str(written), "--no-write", "-q"])
+    assert exit_.value.code == 2
+    assert "a store of N = 1024, not 4096" in capsys.readouterr().err
