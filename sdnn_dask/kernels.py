@@ -259,10 +259,15 @@ class KernelSettings:
         Live-row density above which a layer runs on a dense tile.
     chunk_bytes
         Dense tile size of the chunks a block starts in.
+    min_chunk_rows
+        Rows a chunk has at least, whatever ``chunk_bytes`` says for the network's N
+        (``sdnn.kernel.chunk-min-rows`` when ``chunk_bytes`` comes from the config; 1 when
+        it is given, so a caller's small chunks stay small).
     """
 
     dense_threshold: float
     chunk_bytes: int
+    min_chunk_rows: int = 1
 
     @classmethod
     def resolve(cls, dense_threshold: float | None = None,
@@ -270,9 +275,16 @@ class KernelSettings:
         """The given values, the rest from ``sdnn.kernel.*`` of this process's config."""
         if dense_threshold is None:
             dense_threshold = config.get("kernel.dense-threshold")
+        min_rows = 1
         if chunk_bytes is None:
             chunk_bytes = config.get("kernel.chunk-bytes")
-        return cls(float(dense_threshold), int(chunk_bytes))
+            min_rows = int(config.get("kernel.chunk-min-rows") or 1)
+        return cls(float(dense_threshold), int(chunk_bytes), max(1, min_rows))
+
+    def chunk_rows(self, n_neurons: int) -> int:
+        """Rows per chunk for a network of ``n_neurons``: ``chunk_bytes`` of float32 tile,
+        but at least ``min_chunk_rows``."""
+        return max(self.min_chunk_rows, int(self.chunk_bytes) // (4 * n_neurons), 1)
 
 
 def forward_block(
@@ -281,6 +293,7 @@ def forward_block(
     *,
     dense_threshold: float | None = None,
     chunk_bytes: int | None = None,
+    settings: KernelSettings | None = None,
 ) -> BlockOutput:
     """Run a block of input rows through every layer of ``network``.
 
@@ -299,7 +312,11 @@ def forward_block(
         Live-row density above which a layer runs on a dense tile
         (default ``sdnn.kernel.dense-threshold``).
     chunk_bytes
-        Dense tile size of the chunks a block starts in (default ``sdnn.kernel.chunk-bytes``).
+        Dense tile size of the chunks a block starts in (default ``sdnn.kernel.chunk-bytes``,
+        and then at least ``sdnn.kernel.chunk-min-rows`` rows).
+    settings
+        All of the kernel's settings at once (a :class:`KernelSettings`), instead of the
+        two above.
 
     Returns
     -------
@@ -315,7 +332,10 @@ def forward_block(
     >>> out.rows.tolist(), out.values.toarray().tolist()
     ([0, 2], [[1.0, 0.0, 0.0, 0.0], [9.0, 1.0, 0.0, 0.0]])
     """
-    settings = KernelSettings.resolve(dense_threshold, chunk_bytes)
+    if settings is None:
+        settings = KernelSettings.resolve(dense_threshold, chunk_bytes)
+    elif dense_threshold is not None or chunk_bytes is not None:
+        raise ValueError("give settings or dense_threshold/chunk_bytes, not both")
     return finish_blocks(network, [start_block(network, inputs, settings)], settings)[0]
 
 
@@ -366,7 +386,7 @@ class BlockState:
 
 
 def _settings_rows(network: Network, settings: KernelSettings) -> int:
-    return max(1, int(settings.chunk_bytes) // (4 * network.n_neurons))
+    return settings.chunk_rows(network.n_neurons)
 
 
 def start_block(network: Network, inputs: sp.csr_matrix | sp.sparray,

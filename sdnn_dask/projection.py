@@ -419,7 +419,7 @@ def _kernel_schedule(counts: np.ndarray, levels: np.ndarray, n: int,
     a layer changed nothing, the remaining layers are copies of it.
     """
     n_layers = len(levels) - 1
-    cr = max(1, int(settings.chunk_bytes) // (4 * n))
+    cr = settings.chunk_rows(n)
     thr = float(settings.dense_threshold)
     w_layer = weights * n
     work = np.zeros((n_layers, _K))
@@ -526,7 +526,7 @@ def _kernel_estimate(live: np.ndarray, nnz: np.ndarray, n: int, settings: Kernel
     is unknown).
     """
     n_layers = len(live) - 1
-    cr = max(1, int(settings.chunk_bytes) // (4 * n))
+    cr = settings.chunk_rows(n)
     thr = float(settings.dense_threshold)
     w_layer = weights * n
     work = np.zeros((n_layers, _K))

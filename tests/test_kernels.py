@@ -207,3 +207,33 @@ def test_chunks_smaller_than_a_row():
     expected = forward_block(net, y).to_csr()
     out = forward_block(net, y, chunk_bytes=1).to_csr()
     assert (out != expected).nnz == 0
+
+
+def test_chunks_keep_their_rows_at_every_n():
+    """The default chunk is 1 MiB of tile but at least ``chunk-min-rows`` rows (16 rows of
+    N = 16384 halved the dense step's rate); a chunk size given is kept as it is."""
+    from sdnn_dask import config
+    from sdnn_dask.kernels import KernelSettings
+
+    minimum = config.get("kernel.chunk-min-rows")
+    assert minimum == 256
+    default = KernelSettings.resolve()
+    assert [default.chunk_rows(n) for n in (1024, 4096, 16384, 65536)] == [256] * 4
+    given = KernelSettings.resolve(chunk_bytes=8 * 4 * 4096)
+    assert given.chunk_rows(4096) == 8 and given.chunk_rows(65536) == 1
+    with pytest.raises(ValueError, match="not both"):
+        forward_block(make_network(1024, 1), make_inputs(2, 1024), settings=default,
+                      chunk_bytes=1)
+
+
+@pytest.mark.parametrize("n", [1024, 4096, 16384, 65536])
+def test_every_challenge_size_equals_the_reference(n):
+    """Every N of the challenge, a few rows through a few layers with the default
+    settings (at 65536 several 256-row chunks would not fit a test: 600 rows make 3 at
+    1024, 1 at 65536) and with chunks of 8 rows: the reference's rows and values."""
+    net = make_network(n, 3, seed=1)
+    y = make_inputs(600 if n <= 4096 else 90, n, seed=2)
+    expected = infer_reference(net, y)
+    assert expected.output.nnz > 0  # rows survive: the comparison has values to compare
+    assert_same_result(forward_block(net, y).to_csr(), expected)
+    assert_same_result(forward_block(net, y, chunk_bytes=8 * 4 * n).to_csr(), expected)

@@ -90,8 +90,7 @@ def run_block(network: Network, block: Any, block_id: int,
     csr = _csr(block)
     kernel = kernel or KernelSettings.resolve()
     start = time.perf_counter()
-    out = forward_block(network, csr, dense_threshold=kernel.dense_threshold,
-                        chunk_bytes=kernel.chunk_bytes)
+    out = forward_block(network, csr, settings=kernel)
     return _block_result(out, block_id, time.perf_counter() - start)
 
 
