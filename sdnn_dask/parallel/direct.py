@@ -30,7 +30,9 @@ part fails or the caller is interrupted, so no task is left waiting for a piece.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from concurrent.futures import CancelledError
+from contextlib import contextmanager
 from typing import Any
 
 from distributed import Client, Future, get_worker, secede, wait
@@ -155,7 +157,7 @@ def run_part(plan: PartPlan, slab: Slab, *, token: str, group: int, route: list[
     timing: list[tuple] = []
     sent: list[list[Any]] = []
     checked = 0
-    try:
+    with part_of_run(exchange, token, strategy, f"part {part} of group {group} on {here}"):
         for layer in range(1, n_layers + 1):
             lp = plan.layers[layer - 1]
             start = time.perf_counter()
@@ -194,9 +196,19 @@ def run_part(plan: PartPlan, slab: Slab, *, token: str, group: int, route: list[
             timing.append((layer, waited, send, serialise, deserialise, transit))
         for record in sent:  # every piece written: the bytes the comm reported
             record[-1] = record[-1].result(timeout=timeout)
+    return {"slab": slab, "timing": timing, "messages": [tuple(r) for r in sent]}
+
+
+@contextmanager
+def part_of_run(exchange: PieceExchange, token: str, strategy: str, label: str
+                ) -> Iterator[None]:
+    """Run one task's share of direct run ``token``: whatever goes wrong stops the run's
+    other tasks on this worker (a lost worker said as such, with ``label`` saying who saw
+    it), and the task leaves the run however it ends."""
+    try:
+        yield
     except WorkerLostError as error:
-        error = WorkerLostError(strategy, error.lost, f" (part {part} of group {group} on "
-                                f"{here} saw it)")
+        error = WorkerLostError(strategy, error.lost, f" ({label} saw it)")
         exchange.abort(token, error)
         raise error from None
     except BaseException as error:
@@ -204,7 +216,6 @@ def run_part(plan: PartPlan, slab: Slab, *, token: str, group: int, route: list[
         raise
     finally:
         exchange.leave(token)
-    return {"slab": slab, "timing": timing, "messages": [tuple(r) for r in sent]}
 
 
 def gather_direct(client: Client, futures: list[Future], workers: set[str], *, token: str,

@@ -47,9 +47,8 @@ from distributed.worker import thread_state
 
 from ..kernels import _ROW_TILE as ROW_TILE
 from ..kernels import dense_step
-from ..parallel.direct import PIECE_TIMEOUT, POLL_SECONDS
+from ..parallel.direct import PIECE_TIMEOUT, POLL_SECONDS, part_of_run
 from ..parallel.exchange import EXTENSION, PieceExchange, RunAborted, pack, unpack, wait_pieces
-from ..parallel.faults import WorkerLostError
 from .compiled import (
     delta_t,
     gather_delta,
@@ -404,7 +403,7 @@ def run_slot(key: str, token: str, group: int, part: int, groups: int, parts: in
 
     slot = _Slot(exchange, run, token, group, part, route, alive, timeout, poll)
     start = time.perf_counter()
-    try:
+    with part_of_run(exchange, token, "training", f"slot ({group}, {part}) on {slot.here}"):
         if whole:
             loss = _data_step(slot, key, groups, x, labels, share, backend)
         else:
@@ -416,16 +415,6 @@ def run_slot(key: str, token: str, group: int, part: int, groups: int, parts: in
                                                      grads))
             apply_update(state)
         slot.flush()
-    except WorkerLostError as error:
-        error = WorkerLostError("training", error.lost, f" (slot ({group}, {part}) on "
-                                f"{slot.here} saw it)")
-        exchange.abort(token, error)
-        raise error from None
-    except BaseException as error:
-        exchange.abort(token, error)  # the other slots here stop too
-        raise
-    finally:
-        exchange.leave(token)
     return {"loss": loss, "moved": slot.moved, "local": slot.local,
             "seconds": time.perf_counter() - start, "wait_s": slot.wait_s,
             "send_s": slot.send_s}
