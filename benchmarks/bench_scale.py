@@ -9,19 +9,26 @@ reference, data parallelism against the kernel, the kernel's rate against its ra
 N = 1024, the rows that survive, and the peak memory of this process and of the workers::
 
     python benchmarks/bench_scale.py [--sizes 1024 4096 16384 65536] [--layers 120]
-        [--rows 1000] [--repeat 2]
+        [--rows 1000] [--repeat 2] [--headline FOLDER [--keep]]
 
 At N = 65536 the network is 251 M edges (about 3 GB with its transpose, in this process
 and in each worker). The headline 65536-1920 network of issue 11 does not fit that way:
-it needs the layers streamed from a network store, which no run does yet.
+it needs the layers streamed from a network store, which no run does yet. With
+``--headline FOLDER`` (and ``--sizes`` empty to skip the sweep) the script instead writes
+the generated 65536-1920 network as a store there while generating it
+(:func:`~sdnn_dask.radixnet.iter_layers`; about 32 GB on disk), then reads every layer
+back through a window of 2, and prints the seconds, the size and this process's peak
+memory; the store is removed afterwards unless ``--keep``.
 """
 
 from __future__ import annotations
 
 import argparse
 import resource
+import shutil
 import sys
 import time
+from pathlib import Path
 
 from distributed import Client, LocalCluster
 
@@ -43,13 +50,42 @@ def _worker_peak(dask_worker=None) -> float:  # run on each worker by client.run
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
 
 
+def headline(folder: Path, keep: bool) -> None:
+    """Write generated 65536-1920 as a store while generating it; read it back."""
+    from sdnn_dask import store
+    from sdnn_dask.radixnet import iter_layers
+
+    n, layers = 65536, 1920
+    t0 = time.perf_counter()
+    store.write_store(folder, iter_layers(n, layers, seed=0), n_neurons=n,
+                      name=f"radixnet-{n}-{layers}-s0", n_layers=layers)
+    write_s = time.perf_counter() - t0
+    size = sum(p.stat().st_size for p in folder.iterdir())
+    held = store.open_store(folder)
+    t0 = time.perf_counter()
+    edges = sum(w.nnz for w in held.layers(window=2))
+    read_s = time.perf_counter() - t0
+    print(f"65536-1920 store: {edges:.3g} edges, written in {write_s:.0f} s while generated, "
+          f"{size / 1e9:.1f} GB; every layer read back (window 2, checked) in {read_s:.0f} s; "
+          f"peak memory of this process {_peak_gb():.2f} GB")
+    if not keep:
+        shutil.rmtree(folder)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 4096, 16384, 65536])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[1024, 4096, 16384, 65536])
     parser.add_argument("--layers", type=int, default=120)
     parser.add_argument("--rows", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--headline", type=Path, default=None,
+                        help="write generated 65536-1920 as a store in this new folder")
+    parser.add_argument("--keep", action="store_true", help="keep the headline store")
     args = parser.parse_args(argv)
+    if args.headline is not None:
+        headline(args.headline, args.keep)
+    if not args.sizes:
+        return 0
     tune_allocator()  # as the workers: the kernel's tiles without page faults
     print(f"L = {args.layers}, {args.rows} rows at every N, best of {args.repeat}; "
           "2 workers for data parallelism", file=sys.stderr)

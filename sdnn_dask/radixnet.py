@@ -15,6 +15,8 @@ exactly 32 nonzeros, all ``1/16``. For N = 1024 the first six layers equal the o
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -115,14 +117,20 @@ def make_network(
     >>> net.n_layers, net.edges, round(float(net.bias[0]), 6)
     (12, 393216, -0.3)
     """
+    layers = list(iter_layers(n_neurons, n_layers, seed=seed))
+    return Network(layers, bias=bias, ymax=ymax, name=f"radixnet-{n_neurons}-{n_layers}-s{seed}")
+
+
+def iter_layers(n_neurons: int = 1024, n_layers: int = 120, *, seed: int = 0
+                ) -> Iterator[sp.csr_matrix]:
+    """:func:`make_network`'s layers one at a time (the same matrices), so a network
+    larger than memory can be written to a store (:func:`sdnn_dask.store.write_store`)
+    while it is generated."""
     if n_layers < 1:
         raise ValueError(f"n_layers must be >= 1, got {n_layers}")
     radix = _radix_count(n_neurons)
     n_blocks = (n_layers + radix - 1) // radix
     perms = block_permutations(n_neurons, n_blocks, seed)
-    layers = [
-        radixnet_layer(n_neurons, k, None if b == 0 else perms[b])
-        for k in range(1, n_layers + 1)
-        for b in [(k - 1) // radix]
-    ]
-    return Network(layers, bias=bias, ymax=ymax, name=f"radixnet-{n_neurons}-{n_layers}-s{seed}")
+    for k in range(1, n_layers + 1):
+        b = (k - 1) // radix
+        yield radixnet_layer(n_neurons, k, None if b == 0 else perms[b])

@@ -64,3 +64,21 @@ def test_challenge_defaults():
 def test_bad_sizes(n):
     with pytest.raises(ValueError, match="16 \\* 2\\^R"):
         make_network(n, 1)
+
+
+def test_iter_layers_gives_make_networks_layers_one_at_a_time():
+    """The generator behind make_network: the same matrices, in order, made lazily (a
+    network larger than memory goes to a store as it is generated)."""
+    import itertools
+
+    from sdnn_dask.radixnet import iter_layers
+
+    net = make_network(1024, 13, seed=4)
+    made = list(iter_layers(1024, 13, seed=4))
+    assert len(made) == 13
+    for a, b in zip(made, net.layers, strict=True):
+        assert (a != b).nnz == 0 and a.dtype == b.dtype
+    first = list(itertools.islice(iter_layers(65536, 1920, seed=0), 2))  # lazy: cheap
+    assert [w.nnz for w in first] == [65536 * 32] * 2
+    with pytest.raises(ValueError, match="n_layers must be >= 1"):
+        list(iter_layers(1024, 0))
