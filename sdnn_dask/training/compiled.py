@@ -34,7 +34,7 @@ import scipy.sparse as sp
 
 from ..kernels import _ROW_TILE, dense_step
 from .losses import softmax_cross_entropy
-from .model import Gradients, SparseModel
+from .model import Gradients, SparseModel, unflatten
 
 __all__ = [
     "CompiledCache",
@@ -204,16 +204,6 @@ def gather_rows(dst, dst_rows, src, src_rows):  # pragma: no cover
     """``dst[dst_rows[i]] = src[src_rows[i]]`` for every ``i`` (rows of 2-D arrays)."""
     for i in range(dst_rows.shape[0]):
         dst[dst_rows[i], :] = src[src_rows[i], :]
-
-
-@numba.njit(nogil=True, cache=True)
-def add_rows(dst, dst_rows, src, src_rows):  # pragma: no cover
-    """``dst[dst_rows[i]] += src[src_rows[i]]`` for every ``i``, in order of ``i``."""
-    for i in range(dst_rows.shape[0]):
-        d = dst[dst_rows[i]]
-        s = src[src_rows[i]]
-        for r in range(d.shape[0]):
-            d[r] += s[r]
 
 
 @numba.njit(nogil=True, cache=True, fastmath=_FAST)
@@ -507,11 +497,7 @@ def _views(out: np.ndarray, model: SparseModel) -> list[np.ndarray]:
     if out.dtype != np.float32 or out.shape != (sum(p.size for p in params),):
         raise ValueError(f"out must be a float32 vector of {sum(p.size for p in params)} "
                          f"values, got {out.dtype} {out.shape}")
-    views, at = [], 0
-    for p in params:
-        views.append(out[at:at + p.size].reshape(p.shape))
-        at += p.size
-    return views
+    return unflatten(out, params)
 
 
 def loss(model: SparseModel, x: np.ndarray | sp.spmatrix | sp.sparray, labels: np.ndarray,

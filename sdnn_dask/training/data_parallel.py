@@ -33,15 +33,12 @@ from distributed import Client, get_worker, wait
 from ..allocator import tune_allocator
 from ..parallel.direct import connect_peers, ensure_exchange, gather_direct
 from .compiled import Workspace
-from .direct import chunks, run_slot
+from .direct import TRANSPORTS, chunks, run_slot
 from .loop import BACKENDS, gradients
 from .model import Gradients, SparseModel
 from .optim import SGD, check_settings
 
 __all__ = ["TRANSPORTS", "DataParallelTrainer", "StepResult"]
-
-#: The transports of :class:`DataParallelTrainer`; the first is the default.
-TRANSPORTS = ("direct", "graph")
 
 #: Each worker's trainers, by (trainer id, worker address): its model copy, optimiser and
 #: workspace (the address too, so the workers of a threaded cluster, which share this

@@ -57,8 +57,11 @@ from .compiled import (
     sampled_gradient_t,
 )
 from .losses import softmax_cross_entropy
-from .model import Gradients
+from .model import Gradients, flatten, unflatten
 from .parts import PARTS, apply_update, sum_plan
+
+#: The transports of the trainers; the first is the default.
+TRANSPORTS = ("direct", "graph")
 
 #: Phases of a step (the low 3 bits of a message's key group).
 FORWARD, LOGITS, DLOGITS, BACKWARD, REDUCE, GATHER = range(6)
@@ -330,20 +333,6 @@ def _set_part_gradients(state: Any, arrays: list[np.ndarray]) -> None:
     state.grad_r = arrays[2 * n]
     if state.readout_bias is not None:
         state.grad_c = arrays[2 * n + 1]
-
-
-def flatten(arrays: list[np.ndarray]) -> np.ndarray:
-    """``arrays`` end to end as one float vector (a copy)."""
-    return np.concatenate([np.asarray(a).reshape(-1) for a in arrays])
-
-
-def unflatten(vector: np.ndarray, like: list[np.ndarray]) -> list[np.ndarray]:
-    """Views of ``vector`` shaped as ``like`` (the inverse of :func:`flatten`)."""
-    out, at = [], 0
-    for a in like:
-        out.append(vector[at:at + a.size].reshape(a.shape))
-        at += a.size
-    return out
 
 
 def run_slot(key: str, token: str, group: int, part: int, groups: int, parts: int,

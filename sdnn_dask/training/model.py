@@ -257,3 +257,17 @@ def init_model(
     n_last = weights[-1].shape[1]
     readout = (rng.standard_normal((n_last, classes)) / np.sqrt(n_last)).astype(dtype)
     return SparseModel(weights, biases, readout, np.zeros(classes, dtype), float(ymax))
+
+
+def flatten(arrays: list[np.ndarray]) -> np.ndarray:
+    """``arrays`` end to end as one vector (a copy)."""
+    return np.concatenate([np.asarray(a).reshape(-1) for a in arrays])
+
+
+def unflatten(vector: np.ndarray, like: list[np.ndarray]) -> list[np.ndarray]:
+    """Views of ``vector`` shaped as ``like``, in order (the inverse of :func:`flatten`)."""
+    out, at = [], 0
+    for a in like:
+        out.append(vector[at:at + a.size].reshape(a.shape))
+        at += a.size
+    return out

@@ -59,7 +59,7 @@ from .compiled import (
     layer_forward_t,
     sampled_gradient_t,
 )
-from .direct import chunks, run_slot
+from .direct import TRANSPORTS, chunks, run_slot
 from .losses import as_labels, softmax_cross_entropy
 from .model import SparseModel
 from .optim import check_settings
@@ -229,10 +229,6 @@ class ModelParallelStep:
     row_groups: int = 1
     transport: str = "graph"
     wait_seconds: float = 0.0
-
-
-#: The transports of :class:`ModelParallelTrainer`; the first is the default.
-TRANSPORTS = ("direct", "graph")
 
 
 class ModelParallelTrainer:
