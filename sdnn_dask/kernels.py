@@ -25,7 +25,9 @@ A stored entry whose sum is exactly 0.0 gets no bias, as in the MATLAB reference
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numba
 import numpy as np
@@ -154,6 +156,61 @@ def dense_step(yt, wtp, wti, wtx, bias, ymax, zt, row_tile, order):  # pragma: n
 
 
 @numba.njit(nogil=True, cache=True)
+def dense_step_w(yt, wp, wi, wx, bias, ymax, zt, row_tile, in_order):  # pragma: no cover
+    """:func:`dense_step` with ``W`` itself in CSR (rows = inputs) instead of ``W^T``.
+
+    Each live input neuron's row of ``yt`` is added, scaled, into the rows of ``zt`` of
+    the neurons it feeds; inputs are visited in ``in_order`` (a permutation grouping inputs
+    that feed the same outputs, so those rows of ``zt`` stay in L1), then every output gets
+    the bias and clamp. For a network streamed from a store: no transpose to build for
+    each layer. The sums run in another order than :func:`dense_step`'s, so values agree
+    to float rounding, not bit for bit.
+    """
+    rows = yt.shape[1]
+    n_out = zt.shape[0]
+    alive = np.zeros(rows, np.bool_)
+    counts = np.zeros(rows, np.int32)
+    zero = np.float32(0.0)
+    for r0 in range(0, rows, row_tile):
+        r1 = min(rows, r0 + row_tile)
+        m = r1 - r0
+        count = counts[r0:r1]
+        for j in range(n_out):
+            dst = zt[j, r0:r1]
+            for r in range(m):
+                dst[r] = 0.0
+        for ii in range(in_order.shape[0]):
+            i = in_order[ii]
+            src = yt[i, r0:r1]
+            live = False
+            for r in range(m):
+                if src[r] != 0.0:
+                    live = True
+                    break
+            if not live:  # a dead input neuron adds nothing
+                continue
+            for p in range(wp[i], wp[i + 1]):
+                w = wx[p]
+                dst = zt[wi[p], r0:r1]
+                for r in range(m):
+                    dst[r] += w * src[r]
+        for j in range(n_out):
+            dst = zt[j, r0:r1]
+            b = bias[j]
+            for r in range(m):
+                z = dst[r]
+                y = min(max(z + b, zero), ymax)
+                y = y if z != 0.0 else zero
+                dst[r] = y
+                count[r] += np.int32(y != 0.0)
+    nnz = 0
+    for r in range(rows):
+        nnz += counts[r]
+        alive[r] = counts[r] > 0
+    return alive, nnz
+
+
+@numba.njit(nogil=True, cache=True)
 def _csr_to_dense_t(yp, yi, yx, out):  # pragma: no cover
     """Scatter CSR rows into the dense transposed tile ``out`` (``n x rows``)."""
     out[:, :] = 0.0
@@ -203,6 +260,44 @@ def _dense_t_to_csr(yt):  # pragma: no cover
                 data[at[r]] = v
                 at[r] += 1
     return indptr, indices, data
+
+
+@numba.njit(nogil=True, cache=True)
+def _transpose(indptr, indices, data, n_cols):  # pragma: no cover - compiled
+    # (A two-pass form, bucketing columns first for locality, measured no faster at
+    # N = 65536: 37-49 ms against 36 ms a layer.)
+    nnz = indices.shape[0]
+    tp = np.zeros(n_cols + 1, np.int64)
+    for p in range(nnz):
+        tp[indices[p] + 1] += 1
+    for j in range(n_cols):
+        tp[j + 1] += tp[j]
+    fill = tp[:-1].copy()
+    ti = np.empty(nnz, np.int32)
+    tx = np.empty(nnz, np.float32)
+    for i in range(indptr.shape[0] - 1):  # rows in order: each column's entries sorted
+        for p in range(indptr[i], indptr[i + 1]):
+            q = fill[indices[p]]
+            ti[q] = i
+            tx[q] = data[p]
+            fill[indices[p]] = q + 1
+    return tp, ti, tx
+
+
+def transpose(w: sp.csr_matrix) -> sp.csr_matrix:
+    """``w.T`` as canonical float32 CSR (the CSC of ``w``), ``w`` canonical float32 CSR.
+
+    Compiled, releasing the GIL: a network streamed from a store transposes each layer
+    in a background thread while the previous one computes. The row pointers stay int32
+    where they fit, as scipy's.
+    """
+    tp, ti, tx = _transpose(w.indptr, w.indices, w.data, w.shape[1])
+    if tp[-1] <= np.iinfo(np.int32).max:
+        tp = tp.astype(np.int32)
+    out = sp.csr_matrix((tx, ti, tp), shape=(w.shape[1], w.shape[0]), copy=False)
+    out.has_sorted_indices = True
+    out.has_canonical_format = True
+    return out
 
 
 def dense_t_to_csr(yt: np.ndarray) -> sp.csr_matrix:
@@ -389,6 +484,49 @@ def _settings_rows(network: Network, settings: KernelSettings) -> int:
     return settings.chunk_rows(network.n_neurons)
 
 
+def _first_chunks(network: Network, inputs: sp.csr_matrix | sp.sparray, chunk_rows: int
+                  ) -> tuple[int, list[_Chunk]]:
+    """The block's row count, and its rows that hold anything in chunks of ``chunk_rows``
+    (empty input rows are dead already)."""
+    y = as_csr32(inputs)
+    n = network.n_neurons
+    if y.shape[1] != n:
+        raise ValueError(f"inputs have {y.shape[1]} columns, the network has {n} neurons")
+    n_rows = int(y.shape[0])
+    live = np.flatnonzero(np.diff(y.indptr)).astype(np.int64)
+    y = y[live] if len(live) < n_rows else y
+    return n_rows, [_Chunk(live[s : s + chunk_rows], csr=y[s : s + chunk_rows])
+                    for s in range(0, len(live), chunk_rows)]
+
+
+def begin_block(network: Network, inputs: sp.csr_matrix | sp.sparray,
+                settings: KernelSettings | None = None) -> BlockState:
+    """A block before its first layer, for :func:`finish_blocks` to run through every
+    layer (as :func:`stream_blocks` does)."""
+    settings = settings or KernelSettings.resolve()
+    chunk_rows = _settings_rows(network, settings)
+    n_rows, chunks = _first_chunks(network, inputs, chunk_rows)
+    n_layers = network.n_layers
+    return BlockState(n_rows, 0, chunks, np.zeros((n_layers, 4)),
+                      np.zeros(n_layers, np.uint8), chunk_rows)
+
+
+def stream_blocks(network: Network, blocks: list[sp.csr_matrix | sp.sparray],
+                  settings: KernelSettings | None = None) -> list[BlockOutput]:
+    """Run blocks through ``network`` layer by layer: every block's rows through layer 1,
+    then all through layer 2, and so on, so each layer is read once.
+
+    The way to run a network streamed from a store
+    (:class:`~sdnn_dask.streaming.StreamedNetwork`), which yields its layers once, in
+    order; on a network in memory it equals :func:`forward_block` on each block row for
+    row (to float rounding: a chunk may take the other path), and is slower, since early
+    layers then hold every chunk's tile at once instead of one chunk's at a time.
+    """
+    settings = settings or KernelSettings.resolve()
+    return finish_blocks(network, [begin_block(network, b, settings) for b in blocks],
+                         settings)
+
+
 def start_block(network: Network, inputs: sp.csr_matrix | sp.sparray,
                 settings: KernelSettings | None = None) -> BlockState:
     """Run a block through its early layers, where most rows die (phase 1).
@@ -399,19 +537,11 @@ def start_block(network: Network, inputs: sp.csr_matrix | sp.sparray,
     :func:`finish_blocks` runs the rest.
     """
     settings = settings or KernelSettings.resolve()
-    y = as_csr32(inputs)
+    if hasattr(network, "kernel_layers"):
+        raise ValueError("a streamed network runs layer by layer: use stream_blocks")
     n = network.n_neurons
-    if y.shape[1] != n:
-        raise ValueError(f"inputs have {y.shape[1]} columns, the network has {n} neurons")
     chunk_rows = _settings_rows(network, settings)
-    n_rows = int(y.shape[0])
-    # Start from the rows that hold anything: empty input rows are dead already.
-    live = np.flatnonzero(np.diff(y.indptr)).astype(np.int64)
-    y = y[live] if len(live) < n_rows else y
-    chunks = [
-        _Chunk(live[s : s + chunk_rows], csr=y[s : s + chunk_rows])
-        for s in range(0, len(live), chunk_rows)
-    ]
+    n_rows, chunks = _first_chunks(network, inputs, chunk_rows)
     pool = _BufferPool(n * chunk_rows)
     step = _Stepper(network, settings, pool, chunk_rows)
     early = 0
@@ -465,22 +595,25 @@ def finish_blocks(network: Network, states: list[BlockState],
             chunk.live = chunk.live + offsets[b]
     joining = sorted(range(len(states)), key=lambda b: states[b].layer)
     chunks: list[_Chunk] = []
-    for k in range(min((s.layer for s in states), default=0), step.n_layers):
-        if joining and states[joining[0]].layer == k:
-            new: list[_Chunk] = []
-            while joining and states[joining[0]].layer == k:
-                new += states[joining.pop(0)].chunks
-            # the joining blocks' part-empty tiles (phase 1 leaves one or two each, sparse)
-            # become full ones
-            partial = [c for c in new if len(c.live) < chunk_rows]
-            if len(partial) > 1:
-                new = [c for c in new if len(c.live) == chunk_rows] + _Chunk.repack(
-                    partial, chunk_rows, n, pool)
-            chunks += new
-        for chunk in chunks:
-            step.advance(chunk, k)
-        chunks = _Chunk.repack_if_half_empty([c for c in chunks if len(c.live)], chunk_rows,
-                                             n, pool)
+    try:
+        for k in range(min((s.layer for s in states), default=0), step.n_layers):
+            if joining and states[joining[0]].layer == k:
+                new: list[_Chunk] = []
+                while joining and states[joining[0]].layer == k:
+                    new += states[joining.pop(0)].chunks
+                # the joining blocks' part-empty tiles (phase 1 leaves one or two each, sparse)
+                # become full ones
+                partial = [c for c in new if len(c.live) < chunk_rows]
+                if len(partial) > 1:
+                    new = [c for c in new if len(c.live) == chunk_rows] + _Chunk.repack(
+                        partial, chunk_rows, n, pool)
+                chunks += new
+            for chunk in chunks:
+                step.advance(chunk, k)
+            chunks = _Chunk.repack_if_half_empty([c for c in chunks if len(c.live)], chunk_rows,
+                                                 n, pool)
+    finally:  # a streamed network stops reading ahead (all rows may have died)
+        step.close()
     for b in joining:  # blocks that finished in phase 1
         chunks += states[b].chunks
     if chunks:
@@ -520,9 +653,8 @@ class _Stepper:
 
     def __init__(self, network: Network, settings: KernelSettings, pool: _BufferPool,
                  chunk_rows: int, offsets: np.ndarray | None = None):
-        self.layers = list(zip(network.layers, network.transposed, network.output_order,
-                               strict=True))
-        self.n_layers = len(self.layers)
+        self.layers = _kernel_layers(network)
+        self.n_layers = network.n_layers
         self.bias, self.ymax = network.bias, np.float32(network.ymax)
         self.threshold = float(settings.dense_threshold)
         self.pool, self.chunk_rows = pool, chunk_rows
@@ -530,6 +662,11 @@ class _Stepper:
         n_blocks = 1 if offsets is None else len(offsets) - 1
         self.stats = np.zeros((n_blocks, self.n_layers, 4))  # rows in/out, nnz out, seconds
         self.modes = np.zeros((n_blocks, self.n_layers), np.uint8)  # bits of _MODE_BITS
+
+    def close(self) -> None:
+        """Let go of the layers (a streamed network's reader stops)."""
+        if isinstance(self.layers, _InOrder):
+            self.layers.close()
 
     def advance(self, chunk: _Chunk, k: int) -> None:
         """Run layer ``k`` on ``chunk``, adding to its blocks' statistics.
@@ -568,6 +705,38 @@ class _Stepper:
         stats[:, 2] += np.diff(nnz_before[cut_out])
         stats[:, 3] += seconds * rows_in_b / rows_in  # a shared tile's time, split by rows
         self.modes[blocks, k][rows_in_b > 0] |= _MODE_BITS[mode]
+
+
+def _kernel_layers(network: Network) -> Any:
+    """Layer ``k``'s ``(W, W^T, output order)`` by index: a list for a network in memory;
+    for one streamed from a store (which has ``kernel_layers()``), read once, in order."""
+    stream = getattr(network, "kernel_layers", None)
+    if stream is None:
+        return list(zip(network.layers, network.transposed, network.output_order,
+                        strict=True))
+    return _InOrder(stream())
+
+
+class _InOrder:
+    """Items of an iterator by index, each index no smaller than the last asked for."""
+
+    def __init__(self, items: Iterator[Any]):
+        self._items, self._k, self._item = items, -1, None
+
+    def __getitem__(self, k: int) -> Any:
+        while self._k < k:
+            self._item = next(self._items)
+            self._k += 1
+        if k != self._k:
+            raise RuntimeError(f"layer {k + 1} asked for after layer {self._k + 1}: a streamed "
+                               "network's layers are read once, in order")
+        return self._item
+
+    def close(self) -> None:
+        """Stop reading ahead (closes the iterator)."""
+        close = getattr(self._items, "close", None)
+        if close is not None:
+            close()
 
 
 class _BufferPool:
@@ -627,9 +796,14 @@ class _Chunk:
             pool.give(*self._buffers)
             self._buffers = None
 
-    def step(self, w: sp.csr_matrix, wt: sp.csr_matrix, order: np.ndarray, bias: np.ndarray,
-             ymax: np.float32, threshold: float, pool: _BufferPool, capacity: int) -> str:
-        """Advance one layer in place, dropping rows that die; returns the mode used."""
+    def step(self, w: sp.csr_matrix, wt: sp.csr_matrix | None, order: np.ndarray,
+             bias: np.ndarray, ymax: np.float32, threshold: float, pool: _BufferPool,
+             capacity: int) -> str:
+        """Advance one layer in place, dropping rows that die; returns the mode used.
+
+        Without ``wt`` a dense layer runs :func:`dense_step_w` on ``w``, ``order`` then
+        being the inputs' order; else :func:`dense_step` on ``wt``, in output ``order``.
+        """
         rows, n = len(self.live), w.shape[1]
         # A dense layer costs ~n_out * 32 loop set-ups whatever the row count, so few rows
         # need a higher density to pay for it (measured crossover: ~5 rows when full).
@@ -641,8 +815,12 @@ class _Chunk:
                 _csr_to_dense_t(c.indptr, c.indices, c.data, self.dense_t)
                 self.csr = None
             out = self._view(1 - self._current, rows)
-            alive, self.nnz = dense_step(self.dense_t, wt.indptr, wt.indices, wt.data, bias,
-                                         ymax, out, _ROW_TILE, order)
+            if wt is None:  # streamed: no transpose, ``order`` is of the inputs
+                alive, self.nnz = dense_step_w(self.dense_t, w.indptr, w.indices, w.data,
+                                               bias, ymax, out, _ROW_TILE, order)
+            else:
+                alive, self.nnz = dense_step(self.dense_t, wt.indptr, wt.indices, wt.data,
+                                             bias, ymax, out, _ROW_TILE, order)
             self._current = 1 - self._current
             if not alive.all():
                 keep = int(alive.sum())
@@ -766,4 +944,7 @@ def warm_up_kernels() -> str:
     x = sp.random(64, 32, density=0.5, format="csr", dtype=np.float32, rng=0)
     forward_block(tiny, x, dense_threshold=0.0)
     forward_block(tiny, x, dense_threshold=2.0)
+    w, yt = tiny.layers[0], np.ones((32, 4), np.float32)  # the streamed dense step
+    dense_step_w(yt, w.indptr, w.indices, w.data, tiny.bias, np.float32(tiny.ymax),
+                 np.empty_like(yt), _ROW_TILE, np.arange(32, dtype=np.int64))
     return "ok"

@@ -97,7 +97,9 @@ class Network:
     def transposed(self) -> list[sp.csr_matrix]:
         """``W_k^T`` in CSR (the CSC of ``W_k``), built once, for the dense kernel."""
         if self._transposed is None:
-            self._transposed = [as_csr32(w.T) for w in self.layers]
+            from .kernels import transpose  # here: kernels imports this module
+
+            self._transposed = [transpose(w) for w in self.layers]
         return self._transposed
 
     @property
@@ -110,13 +112,19 @@ class Network:
         one ``lexsort`` per layer.
         """
         if self._output_order is None:
-            orders = []
-            for wt in self.transposed:
-                nonempty = np.diff(wt.indptr) > 0
-                first = np.full(wt.shape[0], -1, dtype=np.int64)
-                last = np.full(wt.shape[0], -1, dtype=np.int64)
-                first[nonempty] = wt.indices[wt.indptr[:-1][nonempty]]
-                last[nonempty] = wt.indices[wt.indptr[1:][nonempty] - 1]
-                orders.append(np.lexsort((last, first)).astype(np.int64))
-            self._output_order = orders
+            self._output_order = [pattern_order(wt) for wt in self.transposed]
         return self._output_order
+
+
+def pattern_order(csr: sp.csr_matrix) -> np.ndarray:
+    """An order of the rows of ``csr`` by (first column, last column), grouping rows with
+    the same pattern: given ``W^T``, the output neurons' order the dense kernel visits
+    (:attr:`Network.output_order`); given ``W``, the inputs' (for
+    :func:`~sdnn_dask.kernels.dense_step_w`)."""
+    wt = csr
+    nonempty = np.diff(wt.indptr) > 0
+    first = np.full(wt.shape[0], -1, dtype=np.int64)
+    last = np.full(wt.shape[0], -1, dtype=np.int64)
+    first[nonempty] = wt.indices[wt.indptr[:-1][nonempty]]
+    last[nonempty] = wt.indices[wt.indptr[1:][nonempty] - 1]
+    return np.lexsort((last, first)).astype(np.int64)
