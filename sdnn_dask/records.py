@@ -55,6 +55,9 @@ merge_blocks        data parallelism: ``merged`` (a worker's blocks alone throug
                     each); else empty
 placement           data parallelism: ``static`` (block b pinned to worker b mod P) or
                     ``dynamic`` (blocks handed to workers as they free up); else empty
+weights             data parallelism: ``resident`` (every worker holds the weights) or
+                    ``streamed`` (every worker read them from a network store layer by
+                    layer, all its rows through a layer before the next); else empty
 check               ``PASS``/``FAIL``: every activation within float32 rounding of the
                     bounded float64 reference (:mod:`sdnn_dask.check`) and, with
                     ``check_against=truth``, the categories equal to the truth
@@ -112,7 +115,7 @@ RUN_DTYPES: dict[str, str] = {
     "worker": _TEXT, "rows": _INT, "survivors": _INT, "row_layers": _INT, "compute_s": _FLOAT,
     "wall_s": _FLOAT, "edges_per_s": _FLOAT, "imbalance": _FLOAT,
     "survivor_imbalance": _FLOAT, "work_imbalance": _FLOAT, "placement": _TEXT,
-    "merge_blocks": _TEXT,
+    "merge_blocks": _TEXT, "weights": _TEXT,
     "bytes_moved": _FLOAT, "predicted_volume": _FLOAT,
     "partition_s": _FLOAT, "check": _TEXT, "check_against": _TEXT,
     "max_abs_diff": _FLOAT, "versions": _TEXT,
@@ -232,6 +235,7 @@ def run_records(
         else None,
         "placement": params.get("placement", ""),
         "merge_blocks": params.get("merge_blocks", ""),
+        "weights": params.get("weights", ""),
         "bytes_moved": _or_nan(result.bytes_moved),
         "predicted_volume": _or_nan(result.predicted_volume),
         "partition_s": _or_nan(result.partition_seconds),

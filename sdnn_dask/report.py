@@ -27,7 +27,7 @@ from .records import LAYER_DTYPES, RUN_DTYPES, RUN_LEVEL, typed
 #: What identifies a configuration: repeats of one configuration are pooled.
 CONFIG = ["network", "inputs", "strategy", "partition", "row_partition", "transport",
           "workers", "blocks", "parts", "row_groups", "seed", "nbuckets", "epsilon",
-          "dense_threshold", "chunk_bytes", "placement", "merge_blocks"]
+          "dense_threshold", "chunk_bytes", "placement", "merge_blocks", "weights"]
 #: What identifies a problem: the ratios of :func:`comparison` stay within one.
 PROBLEM = ["network", "inputs"]
 #: The order strategies and partitions are listed and drawn in.
@@ -326,7 +326,7 @@ def to_text(table: pd.DataFrame, columns: Sequence[str] | None = None) -> str:
 
 #: The comparison columns the reports show, in order.
 SHOWN = ["strategy", "partition", "row_partition", "transport", "placement",
-         "merge_blocks", "workers",
+         "merge_blocks", "weights", "workers",
          "blocks", "parts", "dense_threshold", "chunk_bytes", "repeats", "seconds",
          "edges_per_s", "speedup", "vs_kernel", "vs_data", "imbalance", "survivor_imbalance",
          "mb_moved", "predicted_volume", "check"]
@@ -362,11 +362,14 @@ COLUMN_NOTES = {
     "merge_blocks": "data parallelism: merged (a worker's blocks share tiles after their "
                     "early layers) or alone (every block alone: its seconds are what it "
                     "takes on a worker of its own); shown when runs differ",
+    "weights": "data parallelism: resident (every worker held the weights) or streamed "
+               "(read from a network store layer by layer); shown when runs differ",
     "work_imbalance": "max/mean of the live row-layers (rows entering a layer, summed over "
                       "the layers: the work actually done) over the blocks",
 }
 #: Columns shown only when configurations differ in them (else they are the defaults).
-SHOWN_WHEN_VARYING = ("dense_threshold", "chunk_bytes", "placement", "merge_blocks")
+SHOWN_WHEN_VARYING = ("dense_threshold", "chunk_bytes", "placement", "merge_blocks",
+                      "weights")
 
 
 def shown_columns(cmp: pd.DataFrame, columns: Sequence[str] = SHOWN) -> list[str]:

@@ -47,18 +47,24 @@ from ..kernels import (
     finish_blocks,
     forward_block,
     start_block,
+    stream_blocks,
     warm_up_kernels,
 )
 from ..network import Network, as_csr32
 from ..partition import make_row_partition
 from ..registry import PLACEMENTS
 from ..result import RunResult, network_info
+from ..store import NetworkStore
+from ..streaming import StreamedNetwork
 from .base import Executor
 from .faults import WorkerLostError, connected, gather_pinned, place_retrying
 from .placement import keep_on
 
 #: Times a run sends again the blocks a dead worker took with it, and reruns them.
 RETRIES = 3
+
+#: How a data-parallel run holds the weights (``sdnn.data-parallel.weights``).
+WEIGHTS = ("auto", "resident", "streamed")
 
 #: Dynamic placement: blocks queued or running per worker (one ahead of the one running,
 #: so a worker never waits for the client to hand it the next).
@@ -160,6 +166,68 @@ def run_blocks(network: Network, block_ids: list[int], kernel: KernelSettings,
                        *(start_one(network, block, kernel) for block in blocks))
 
 
+def stream_here(network: StreamedNetwork, block_ids: list[int], kernel: KernelSettings,
+                *blocks: Any) -> list[dict[str, Any]]:
+    """Run the blocks one worker holds through a streamed network (executed there): all
+    their rows through a layer, then the next (:func:`~sdnn_dask.kernels.stream_blocks`),
+    so the worker reads each layer once. A block's ``compute_s`` is its share of the whole,
+    split by its own layer seconds."""
+    csrs = [_csr(block) for block in blocks]
+    start = time.perf_counter()
+    outs = stream_blocks(network, csrs, kernel)
+    total = time.perf_counter() - start
+    own = np.array([o.trace["seconds"].sum() for o in outs])
+    share = own / own.sum() if own.sum() > 0 else np.full(len(own), 1 / max(1, len(own)))
+    return [_block_result(out, b, total * part)
+            for out, b, part in zip(outs, block_ids, share, strict=True)]
+
+
+def worker_memory_limit(client: Client, workers: list[str]) -> int | None:
+    """The smallest memory limit of ``workers`` in bytes (``None`` if none has one)."""
+    try:
+        info = client.scheduler_info(n_workers=-1)["workers"]  # every worker, not 5
+    except TypeError:  # distributed before 2025: every worker, always
+        info = client.scheduler_info()["workers"]
+    limits = [int(info[w].get("memory_limit") or 0) for w in workers if w in info]
+    limits = [m for m in limits if m > 0]
+    return min(limits) if limits else None
+
+
+def choose_weights(network: Network | NetworkStore | StreamedNetwork, weights: str,
+                   memory_limit: int | None) -> tuple[str, str]:
+    """Resident or streamed weights for ``network``, and why, in words.
+
+    A :class:`~sdnn_dask.network.Network` is in memory already: resident. A store (or a
+    streamed network) is ``weights`` if that is not ``"auto"``; with ``"auto"``, resident
+    when a worker's copy (:func:`~sdnn_dask.streaming.resident_bytes`) fits in
+    ``sdnn.data-parallel.resident-fraction`` of ``memory_limit``, else streamed.
+    """
+    if weights not in WEIGHTS:
+        raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
+    if isinstance(network, Network):
+        if weights == "streamed":
+            raise ValueError("streamed weights need a network store (sdnn-dask convert, or "
+                             "generate --store); this network is in memory")
+        return "resident", "resident: the network is in memory"
+    need = (network.resident_bytes() if isinstance(network, StreamedNetwork)
+            else StreamedNetwork(network).resident_bytes())
+    if weights != "auto":
+        return weights, f"{weights}: as asked ({need / 1e9:.2f} GB per worker if resident)"
+    fraction = float(config.get("data-parallel.resident-fraction"))
+    if memory_limit is None:
+        import psutil
+
+        memory_limit = int(psutil.virtual_memory().total)
+    budget = fraction * memory_limit
+    if need <= budget:
+        return "resident", (f"resident: a worker's copy ({need / 1e9:.2f} GB, weights and "
+                            f"transpose) fits in {fraction:g} of its {memory_limit / 1e9:.1f} "
+                            "GB memory limit")
+    return "streamed", (f"streamed: a worker's copy would be {need / 1e9:.2f} GB (weights and "
+                        f"transpose), over {fraction:g} of its {memory_limit / 1e9:.1f} GB "
+                        "memory limit; each worker reads the store layer by layer")
+
+
 class DataParallelExecutor(Executor):
     """Run data-parallel inference of one network on a Dask cluster.
 
@@ -168,11 +236,21 @@ class DataParallelExecutor(Executor):
     client
         Any ``distributed.Client``.
     network
-        The network; sent to every worker of the pool once, here.
+        The network; sent to every worker of the pool once, here. A network store
+        (:class:`~sdnn_dask.store.NetworkStore`, or a
+        :class:`~sdnn_dask.streaming.StreamedNetwork` of some of its layers) is read into
+        memory and sent so when it fits, else streamed (see ``weights``).
     workers
         Addresses of the workers to use (default: every worker of the cluster).
     warm_up
         Compile the kernels on every worker now, so runs are timed warm.
+    weights
+        ``"resident"``, ``"streamed"`` or ``"auto"`` (default
+        ``sdnn.data-parallel.weights``; see :func:`choose_weights`). Streamed, each
+        worker maps the store (one machine's workers share its pages in the page cache)
+        and runs its blocks layer by layer, all of them through a layer before the next;
+        only static placement with merged blocks runs so. The choice, and why, are
+        :attr:`weights` and :attr:`weights_reason`, and every run's ``params`` say it.
 
     Examples
     --------
@@ -185,13 +263,23 @@ class DataParallelExecutor(Executor):
 
     strategy = "data"
 
-    def __init__(self, client: Client, network: Network, *,
-                 workers: Iterable[str] | None = None, warm_up: bool = True):
+    def __init__(self, client: Client, network: Network | NetworkStore | StreamedNetwork, *,
+                 workers: Iterable[str] | None = None, warm_up: bool = True,
+                 weights: str | None = None):
         # see sdnn_dask.allocator: large arrays without page faults
         super().__init__(client, network, workers=workers,
                          setup=[tune_allocator, warm_up_kernels] if warm_up
                          else [tune_allocator])
-        _ = network.output_order  # ship transposes and orders with the weights: built once
+        self.weights, self.weights_reason = choose_weights(
+            network, weights or config.get("data-parallel.weights"),
+            worker_memory_limit(client, self.workers))
+        if isinstance(network, NetworkStore):
+            network = StreamedNetwork(network)
+        if self.weights == "resident" and isinstance(network, StreamedNetwork):
+            network = network.store.to_network(network.n_layers)
+        self.network = network
+        if isinstance(network, Network):
+            _ = network.output_order  # ship transposes and orders with the weights
         self._weights: Future = self._scatter_weights()
         self._kernel = self.kernel_settings()
 
@@ -244,6 +332,13 @@ class DataParallelExecutor(Executor):
             raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, got "
                              f"{placement!r}")
         self._kernel = self.kernel_settings()  # read here, on the client: tasks get it
+        if self.weights == "streamed" and (placement != "static" or merge is False
+                                           or isinstance(inputs, da.Array)):
+            raise ValueError(
+                "streamed weights run each worker's blocks together, layer by layer: only "
+                "static placement with merged blocks and scipy inputs run so (got "
+                f"placement={placement!r}, merge={merge!r}"
+                f"{', a dask array' if isinstance(inputs, da.Array) else ''})")
         if isinstance(inputs, da.Array):
             if partition not in (None, "block", "chunks"):
                 raise ValueError(
@@ -287,7 +382,8 @@ class DataParallelExecutor(Executor):
         else:
             results, wall = self._map_dynamic(futures, merge=merge)
         params: dict[str, Any] = {"placement": placement,
-                                  "merge_blocks": "merged" if merge else "alone"}
+                                  "merge_blocks": "merged" if merge else "alone",
+                                  "weights": self.weights}
         if partition == "random":
             params["seed"] = seed
         if partition == "hash":
@@ -381,6 +477,10 @@ class DataParallelExecutor(Executor):
     def _submit_group(self, group: list[int], block_futures: list[Future],
                       worker: str | None) -> Future:
         where = self.workers if worker is None else [worker]
+        if self.weights == "streamed":
+            return self.client.submit(stream_here, self._weights, group, self._kernel,
+                                      *(block_futures[b] for b in group), workers=where,
+                                      allow_other_workers=False, pure=False)
         if len(group) == 1:
             return self._submit(block_futures[group[0]], group[0], worker)
         return self.client.submit(run_blocks, self._weights, group, self._kernel,

@@ -8,7 +8,7 @@ import time
 import pandas as pd
 import scipy.sparse as sp
 
-from ..kernels import forward_block, warm_up_kernels
+from ..kernels import forward_block, stream_blocks, warm_up_kernels
 from ..network import Network, as_csr32
 from ..reference import infer_reference
 from ..result import RunResult, network_info
@@ -23,7 +23,10 @@ def run_serial(network: Network, inputs: sp.spmatrix | sp.sparray,
     Parameters
     ----------
     network, inputs
-        The network and the ``rows x N`` inputs.
+        The network and the ``rows x N`` inputs. The network may be a
+        :class:`~sdnn_dask.streaming.StreamedNetwork`: the kernel then runs all the rows
+        through a layer before the next (:func:`~sdnn_dask.kernels.stream_blocks`), and
+        the reference reads the layers in order; neither holds more than a few layers.
     method
         ``"reference"``: the plain scipy recurrence (:func:`~sdnn_dask.reference.infer_reference`);
         ``"kernel"``: the compiled kernel every parallel strategy uses.
@@ -37,10 +40,13 @@ def run_serial(network: Network, inputs: sp.spmatrix | sp.sparray,
         output, seconds = inference.output, inference.seconds
         layers = inference.trace.assign(block=0, mode="reference")
     else:
-        _ = network.output_order  # built once (with the transposes), outside the timed region
+        streamed = hasattr(network, "kernel_layers")
+        if not streamed:
+            _ = network.output_order  # built once (with the transposes), outside the clock
         warm_up_kernels()
         start = time.perf_counter()
-        block = forward_block(network, y)
+        # a network streamed from a store runs layer by layer (read once, in order)
+        block = stream_blocks(network, [y])[0] if streamed else forward_block(network, y)
         seconds = time.perf_counter() - start
         output = block.to_csr()
         layers = block.trace.assign(block=0)

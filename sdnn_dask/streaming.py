@@ -1,0 +1,174 @@
+"""A network streamed from a store: its layers read once, in order, a bounded window ahead.
+
+A network larger than memory cannot be held by every worker (nor by one process), so a
+run over it goes layer by layer: every row a process holds through layer 1, then all of
+them through layer 2, ... (:func:`~sdnn_dask.kernels.stream_blocks`). A
+:class:`StreamedNetwork` is the network such a run sees. It has a
+:class:`~sdnn_dask.network.Network`'s attributes (N, L, bias, clamp, name, edges) but no
+layers in memory: :meth:`StreamedNetwork.kernel_layers` yields each layer's weights and an
+order of its inputs, prepared by a background thread ``window`` layers ahead of the one
+computing (reading the files, checking them on their first read), so reading overlaps
+compute and at most ``window + 1`` layers are held at a time. No transpose is built: the
+kernel's dense step walks ``W`` itself.
+
+The layers are memory maps of the store's files, so processes on one machine that stream
+the same store read the same pages of the operating system's page cache rather than each
+a private copy; on a cluster they read from the shared file system. A streamed network
+pickles as its store's folder, layer count and window: a worker given one opens the store
+itself (once per process).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from . import config
+from .network import pattern_order
+from .store import NetworkStore, _read_ahead, open_store
+
+__all__ = ["StreamedNetwork", "resident_bytes"]
+
+PathLike = str | os.PathLike
+
+#: Stores opened in this process, by folder and manifest time: a worker opens each once.
+_OPENED: dict[tuple[str, int], NetworkStore] = {}
+_OPENED_LOCK = threading.Lock()
+
+
+def _opened(folder: Path) -> NetworkStore:
+    key = (str(folder.resolve()), (folder / "manifest.json").stat().st_mtime_ns)
+    with _OPENED_LOCK:
+        if key not in _OPENED:
+            _OPENED[key] = open_store(folder)
+        return _OPENED[key]
+
+
+def resident_bytes(store: NetworkStore, n_layers: int | None = None) -> int:
+    """Bytes a process holds to keep the first ``n_layers`` layers in memory for the
+    kernel: each layer's CSR and its transpose (int32 indices, float32 values), and an
+    output order (int64) per layer."""
+    n_layers = store.n_layers if n_layers is None else n_layers
+    nnz = sum(entry["nnz"] for entry in store.manifest["layers"][:n_layers])
+    per_matrix = 8 * nnz + 4 * (store.n_neurons + 1) * n_layers
+    return 2 * per_matrix + 8 * store.n_neurons * n_layers
+
+
+class StreamedNetwork:
+    """The first ``n_layers`` layers of a network store, read as a run reaches them.
+
+    Parameters
+    ----------
+    store
+        A :class:`~sdnn_dask.store.NetworkStore`, or its folder.
+    n_layers
+        Layers to run (default: all the store holds).
+    window
+        Layers prepared ahead of the one computing (default ``sdnn.store.window``).
+
+    Examples
+    --------
+    >>> from sdnn_dask.kernels import stream_blocks  # doctest: +SKIP
+    >>> net = StreamedNetwork("data/stores/radixnet-65536-1920")  # doctest: +SKIP
+    >>> out, = stream_blocks(net, [inputs])  # doctest: +SKIP
+    """
+
+    def __init__(self, store: NetworkStore | PathLike, n_layers: int | None = None,
+                 window: int | None = None):
+        self.store = store if isinstance(store, NetworkStore) else _opened(Path(store))
+        held = self.store.n_layers
+        self.n_layers = held if n_layers is None else int(n_layers)
+        if not 1 <= self.n_layers <= held:
+            raise ValueError(f"n_layers must be in 1..{held} (the store's layers), got "
+                             f"{n_layers}")
+        self.window = int(config.get("store.window") if window is None else window)
+        if self.window < 1:
+            raise ValueError(f"window must be at least 1, got {self.window}")
+        self.n_neurons = self.store.n_neurons
+        self.bias = self.store.bias
+        self.ymax = self.store.ymax
+        self.name = self.store.name if self.n_layers == held else \
+            f"{self.store.name} (layers 1-{self.n_layers})"
+        self.edges = int(sum(e["nnz"] for e in self.store.manifest["layers"][: self.n_layers]))
+
+    def __repr__(self) -> str:
+        return (f"StreamedNetwork({str(self.store.folder)!r}, n_layers={self.n_layers}, "
+                f"window={self.window})")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (StreamedNetwork, (str(self.store.folder), self.n_layers, self.window))
+
+    @property
+    def layers(self) -> _Layers:
+        """The weights ``W_1 .. W_L``, read in order as they are iterated (read-only maps),
+        for code that only walks them, such as the reference."""
+        return _Layers(self)
+
+    def resident_bytes(self) -> int:
+        """Bytes the kernel would hold with every layer in memory (see
+        :func:`resident_bytes`)."""
+        return resident_bytes(self.store, self.n_layers)
+
+    def kernel_layers(self) -> Iterator[tuple[sp.csr_matrix, None, np.ndarray]]:
+        """Each layer's ``(W, None, input order)``, in order, as the kernel needs them.
+
+        No transpose: the kernel's dense step then walks ``W`` itself
+        (:func:`~sdnn_dask.kernels.dense_step_w`), visiting the inputs in an order that
+        groups those feeding the same outputs. Building ``W^T`` for every layer cost more
+        than the dense step it serves (measured at N = 65536 with 34 live rows: 36 ms to
+        transpose a layer, a 22 ms dense step on ``W^T`` against 29 ms on ``W``), and each
+        worker would build its own. A background thread prepares the layers ``window``
+        ahead; ``W`` is copied out of its maps (the compiled kernels take writable
+        arrays) and dropped as the caller moves on. Closing the iterator stops the thread.
+        """
+
+        def prepare(k: int) -> tuple[sp.csr_matrix, None, np.ndarray]:
+            mapped = self.store.layer(k)  # checked on its first read
+            w = sp.csr_matrix((np.array(mapped.data), np.array(mapped.indices),
+                               np.array(mapped.indptr)), shape=mapped.shape, copy=False)
+            w.has_sorted_indices = w.has_canonical_format = True
+            if k + self.window <= self.n_layers:  # the disk reads on while this computes
+                _read_ahead(self.store.layer(k + self.window))
+            return w, None, pattern_order(w)
+
+        with ThreadPoolExecutor(1, thread_name_prefix="sdnn-stream") as pool:
+            ahead = deque(pool.submit(prepare, k)
+                          for k in range(1, min(self.window, self.n_layers) + 1))
+            following = len(ahead) + 1
+            try:
+                while ahead:
+                    layer = ahead.popleft().result()
+                    if following <= self.n_layers:
+                        ahead.append(pool.submit(prepare, following))
+                        following += 1
+                    yield layer
+                    del layer
+            finally:
+                for future in ahead:
+                    future.cancel()
+
+
+class _Layers:
+    """``W_1 .. W_L`` of a streamed network: a length, and iteration in order."""
+
+    def __init__(self, network: StreamedNetwork):
+        self._network = network
+
+    def __len__(self) -> int:
+        return self._network.n_layers
+
+    def __iter__(self) -> Iterator[sp.csr_matrix]:
+        layers = self._network.store.layers(window=self._network.window)
+        try:
+            for _, w in zip(range(self._network.n_layers), layers, strict=False):
+                yield w
+        finally:
+            layers.close()

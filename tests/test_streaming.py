@@ -1,0 +1,289 @@
+"""Networks streamed from a store: the kernel layer by layer, serial and data-parallel runs,
+the choice of resident or streamed weights."""
+
+from __future__ import annotations
+
+import pickle
+from collections import Counter
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from dense_reference import dense_infer, integer_inputs, integer_network
+
+from sdnn_dask import store
+from sdnn_dask.kernels import (
+    KernelSettings,
+    _InOrder,
+    forward_block,
+    start_block,
+    stream_blocks,
+    transpose,
+)
+from sdnn_dask.network import Network, as_csr32
+from sdnn_dask.parallel.data import DataParallelExecutor, choose_weights
+from sdnn_dask.parallel.serial import run_serial
+from sdnn_dask.radixnet import make_inputs, make_network
+from sdnn_dask.reference import infer_reference
+from sdnn_dask.store import NetworkStore
+from sdnn_dask.streaming import StreamedNetwork, resident_bytes
+from sdnn_dask.testing import assert_same_result
+
+N, L = 1024, 12
+
+
+@pytest.fixture(scope="module")
+def net() -> Network:
+    return make_network(N, L, seed=3)
+
+
+@pytest.fixture(scope="module")
+def inputs() -> sp.csr_matrix:
+    return make_inputs(900, N, seed=4)
+
+
+@pytest.fixture(scope="module")
+def held(net, tmp_path_factory) -> NetworkStore:
+    return store.open_store(store.write_network(tmp_path_factory.mktemp("stream") / "net", net))
+
+
+def _stacked(outs) -> sp.csr_matrix:
+    return as_csr32(sp.vstack([o.to_csr() for o in outs], format="csr"))
+
+
+# ----------------------------------------------------------------------------- transpose
+
+
+@pytest.mark.parametrize("shape, density", [((50, 70), 0.1), ((70, 50), 0.3), ((1, 9), 1.0),
+                                            ((40, 40), 0.0), ((300, 300), 0.02)])
+def test_transpose_is_scipys_exactly(shape, density):
+    rng = np.random.default_rng(shape[0])
+    w = as_csr32(sp.random(*shape, density=density, format="csr", dtype=np.float32, rng=rng))
+    if w.nnz:
+        w.data = rng.standard_normal(w.nnz).astype(np.float32)
+    got, want = transpose(w), as_csr32(w.T)
+    assert got.shape == want.shape == shape[::-1]
+    assert got.dtype == np.float32
+    for part in ("indptr", "indices", "data"):
+        np.testing.assert_array_equal(getattr(got, part), getattr(want, part))
+    assert got.has_canonical_format
+
+
+# ------------------------------------------------------------------------ stream_blocks
+
+
+@pytest.mark.parametrize("chunk_bytes", [None, 8 * 4 * N])
+def test_stream_blocks_equal_the_reference(held, net, inputs, chunk_bytes):
+    streamed = StreamedNetwork(held, window=2)
+    settings = KernelSettings.resolve(chunk_bytes=chunk_bytes)
+    blocks = [inputs[:200], inputs[200:201], inputs[201:]]
+    outs = stream_blocks(streamed, blocks, settings)
+    assert [o.n_rows for o in outs] == [200, 1, 699]
+    expected = infer_reference(net, inputs)
+    assert_same_result(_stacked(outs), expected)
+    assert len(expected.output.getnnz(axis=1).nonzero()[0]) > 0  # something survives
+    # the same rows as forward_block on each block in memory, and the same traces
+    for out, block in zip(outs, blocks, strict=True):
+        alone = forward_block(net, block, settings=settings)
+        np.testing.assert_array_equal(out.rows, alone.rows)
+        assert_same_result(out.to_csr(), alone.to_csr())
+        np.testing.assert_array_equal(out.trace["rows_out"], alone.trace["rows_out"])
+
+
+@pytest.mark.parametrize("threshold, mode", [(0.0, "dense"), (2.0, "sparse"), (None, None)])
+@pytest.mark.parametrize("bias_kind", ["negative", "mixed", "positive"])
+def test_stream_blocks_exact_on_integer_networks(tmp_path, threshold, mode, bias_kind):
+    # float32 sums of small integers are exact: the streamed kernel (its dense step walks
+    # W, not W^T) must match a dense float64 recurrence that shares no code with the
+    # package, value for value, on either path
+    rng = np.random.default_rng(11)
+    weights, bias, ymax = integer_network(rng, 96, 6, 0.06, bias_kind)
+    x = integer_inputs(rng, 150, 96, 0.1)
+    written = store.write_network(tmp_path / "int", Network(weights, bias=bias, ymax=ymax))
+    settings = KernelSettings.resolve(dense_threshold=threshold, chunk_bytes=16 * 4 * 96)
+    outs = stream_blocks(StreamedNetwork(written), [x[:70], x[70:]], settings)
+    np.testing.assert_array_equal(_stacked(outs).toarray(), dense_infer(weights, bias, ymax, x))
+    if mode is not None:
+        used = set(outs[1].trace["mode"]) - {"none"}
+        assert used == {mode}
+
+
+def test_fewer_layers_than_the_store(held, net, inputs):
+    streamed = StreamedNetwork(held, n_layers=5)
+    assert (streamed.n_layers, len(streamed.layers)) == (5, 5)
+    assert streamed.edges == sum(w.nnz for w in net.layers[:5])
+    assert "layers 1-5" in streamed.name
+    first5 = Network(net.layers[:5], bias=net.bias, ymax=net.ymax)
+    out, = stream_blocks(streamed, [inputs])
+    assert_same_result(out.to_csr(), infer_reference(first5, inputs))
+    with pytest.raises(ValueError, match=r"n_layers must be in 1\.\.12"):
+        StreamedNetwork(held, n_layers=13)
+    with pytest.raises(ValueError, match="window"):
+        StreamedNetwork(held, window=0)
+
+
+def test_stream_blocks_on_a_network_in_memory(net, inputs):
+    out, = stream_blocks(net, [inputs])
+    assert_same_result(out.to_csr(), infer_reference(net, inputs))
+
+
+def test_a_streamed_network_is_not_run_depth_first(held, inputs):
+    with pytest.raises(ValueError, match="stream_blocks"):
+        start_block(StreamedNetwork(held), inputs)
+
+
+class _CountingStore(NetworkStore):
+    """A real store that also notes which layers were read, in order."""
+
+    def __init__(self, folder, manifest):
+        super().__init__(folder, manifest)
+        self.read: list[int] = []
+
+    def layer(self, k):
+        self.read.append(int(k))
+        return super().layer(k)
+
+
+def _counting(held: NetworkStore) -> _CountingStore:
+    return _CountingStore(held.folder, held.manifest)
+
+
+def test_each_layer_is_read_once_in_order(held, inputs):
+    counted = _counting(held)
+    streamed = StreamedNetwork(counted, window=3)
+    stream_blocks(streamed, [inputs[:300], inputs[300:]])
+    # each layer mapped twice at most: read ahead ``window`` early, then prepared
+    assert sorted(set(counted.read)) == list(range(1, L + 1))
+    assert max(Counter(counted.read).values()) <= 2
+    # the kernel is handed (W, W^T, order) of layer 1, 2, ... each once, and cannot go back
+    layers = _InOrder(streamed.kernel_layers())
+    w3, wt3, order = layers[2]
+    assert (w3 != held.layer(3)).nnz == 0 and wt3 is None  # no transpose: W itself
+    assert sorted(order) == list(range(N))
+    assert layers[2][0] is w3
+    with pytest.raises(RuntimeError, match="read once, in order"):
+        layers[1]
+    layers.close()
+
+
+def test_reading_stops_when_every_row_has_died(held):
+    counted = _counting(held)
+    dead = sp.csr_matrix((50, N), dtype=np.float32)  # empty rows are dead at once
+    out, = stream_blocks(StreamedNetwork(counted, window=2), [dead])
+    assert len(out.rows) == 0
+    assert max(counted.read, default=0) <= 4  # the window prepared ahead, nothing more
+
+
+def test_the_reference_reads_a_streamed_network(held, net, inputs):
+    a = infer_reference(StreamedNetwork(held), inputs[:300])
+    b = infer_reference(net, inputs[:300])
+    assert (a.output != b.output).nnz == 0
+
+
+def test_a_streamed_network_pickles_as_its_folder(held):
+    streamed = StreamedNetwork(held, n_layers=7, window=3)
+    data = pickle.dumps(streamed)
+    assert len(data) < 1000  # the folder, not the weights
+    back = pickle.loads(data)
+    assert (back.n_layers, back.window, back.edges) == (7, 3, streamed.edges)
+    assert back.store.folder.resolve() == held.folder.resolve()
+
+
+def test_run_serial_streams(held, net, inputs):
+    streamed = StreamedNetwork(held)
+    for method in ("kernel", "reference"):
+        got = run_serial(streamed, inputs, method)
+        assert_same_result(got, run_serial(net, inputs, "reference"))
+        assert got.network["edges"] == net.edges
+
+
+# ------------------------------------------------------------------- resident or streamed
+
+
+def test_choose_weights(held, net):
+    need = resident_bytes(held)
+    assert need > 2 * 8 * net.edges  # weights and transpose, int32 + float32 each
+    assert choose_weights(held, "auto", memory_limit=4 * need)[0] == "resident"
+    mode, why = choose_weights(held, "auto", memory_limit=need)
+    assert mode == "streamed" and "over 0.5" in why
+    assert choose_weights(StreamedNetwork(held), "resident", memory_limit=1)[0] == "resident"
+    assert choose_weights(net, "auto", memory_limit=1)[0] == "resident"
+    with pytest.raises(ValueError, match="need a network store"):
+        choose_weights(net, "streamed", memory_limit=None)
+    with pytest.raises(ValueError, match="weights must be one of"):
+        choose_weights(held, "mapped", memory_limit=None)
+
+
+def test_data_parallel_streams_a_store(client, held, net, inputs):
+    expected = infer_reference(net, inputs)
+    streamed = DataParallelExecutor(client, held, weights="streamed", warm_up=False)
+    assert streamed.weights == "streamed"
+    assert isinstance(streamed.network, StreamedNetwork)
+    for n_blocks in (2, 5):
+        result = streamed.run(inputs, n_blocks=n_blocks)
+        assert_same_result(result, expected)
+        assert result.params["weights"] == "streamed"
+        assert sorted(result.blocks["block"]) == list(range(n_blocks))
+        assert result.blocks["worker"].nunique() == 2  # both workers streamed
+    with pytest.raises(ValueError, match="only static placement with merged blocks"):
+        streamed.run(inputs, placement="dynamic")
+    with pytest.raises(ValueError, match="only static placement with merged blocks"):
+        streamed.run(inputs, merge=False)
+    # auto: this small store fits, so it is read and held as any network
+    auto = DataParallelExecutor(client, held, warm_up=False)
+    assert auto.weights == "resident" and "fits in" in auto.weights_reason
+    assert isinstance(auto.network, Network)
+    result = auto.run(inputs)
+    assert result.params["weights"] == "resident"
+    assert_same_result(result, expected)
+
+
+def test_data_parallel_streams_some_layers(client, held, net, inputs):
+    first5 = Network(net.layers[:5], bias=net.bias, ymax=net.ymax)
+    executor = DataParallelExecutor(client, StreamedNetwork(held, n_layers=5),
+                                    weights="streamed", warm_up=False)
+    result = executor.run(inputs)
+    assert result.network["layers"] == 5
+    assert_same_result(result, infer_reference(first5, inputs))
+
+
+# ----------------------------------------------------------------------------- the CLI
+
+
+@pytest.mark.parametrize("strategy", ["data", "kernel"])
+def test_infer_streams_a_store_from_the_command_line(held, net, tmp_path, capsys, strategy):
+    from sdnn_dask import io
+    from sdnn_dask.cli import main
+    from sdnn_dask.reference import categories
+
+    out = tmp_path / "categories.tsv"
+    code = main(["infer", "--data", str(held.folder), "-L", "12", "-n", "600", "--seed", "5",
+                 "--strategy", strategy, "--weights", "streamed", "--workers", "2",
+                 "--categories-out", str(out)])
+    assert code == 0
+    captured = capsys.readouterr()
+    assert "streaming 1024-12 weights from the store" in captured.err
+    if strategy == "data":
+        assert "weights streamed: as asked" in captured.err
+    # the store holds weights only: the inputs are generated as for a generated network
+    expected = categories(infer_reference(net, make_inputs(600, N, seed=5)).output)
+    assert len(expected) > 0
+    np.testing.assert_array_equal(io.read_categories(out), expected)
+
+
+def test_model_parallelism_on_streamed_weights_is_a_clear_error(held, capsys):
+    from sdnn_dask.cli import main
+
+    code = main(["infer", "--data", str(held.folder), "-L", "12", "-n", "100",
+                 "--strategy", "model", "--weights", "streamed", "--workers", "2", "-q"])
+    assert code == 2
+    assert "only the serial strategies and data parallelism" in capsys.readouterr().err
+
+
+def test_auto_keeps_a_small_store_in_memory(held, capsys):
+    from sdnn_dask.cli import main
+
+    assert main(["infer", "--data", str(held.folder), "-L", "4", "-n", "100",
+                 "--strategy", "kernel"]) == 0
+    err = capsys.readouterr().err
+    assert "reading 1024-4 weights from the store" in err and "streaming" not in err
