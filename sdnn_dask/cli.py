@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import dask
+
 from . import config, io, outputs, records, report, study
 from ._files import atomic_path, write_text_atomic
 from .allocator import tune_allocator
@@ -462,6 +464,13 @@ def _spec(args: argparse.Namespace, strategy: str, partition: str | None,
 
 
 def cmd_infer(args: argparse.Namespace) -> int:
+    if args.weights is not None:
+        with dask.config.set({"sdnn.data-parallel.weights": args.weights}):
+            return _infer(args)
+    return _infer(args)
+
+
+def _infer(args: argparse.Namespace) -> int:
     progress = Progress(args.quiet)
     if args.strategy == "data":
         _check_row_partition(args.partition)
@@ -1037,6 +1046,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--blocks", type=POSITIVE, default=None,
                    help="row blocks of data parallelism (default: one per worker)")
     _add_model_arguments(p)
+    p.add_argument("--weights", choices=("auto", "resident", "streamed"), default=None,
+                   help="a network store's weights (--data STORE): read into memory, or "
+                        "streamed layer by layer (the serial strategies and data "
+                        "parallelism); auto streams a store whose weights and transpose "
+                        "exceed half the memory (default: sdnn.data-parallel.weights, auto)")
     p.add_argument("--categories-out", type=Path, default=None,
                    help="write the categories found to this file (default: none written)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress messages")

@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from . import io, records, store
+from . import config, io, records, store
 from .check import BoundedReference, bounded_reference, check_result
 from .kernels import KernelSettings
 from .network import Network
@@ -54,6 +54,7 @@ from .registry import (
     partitions_of,
 )
 from .result import RunResult
+from .streaming import StreamedNetwork, resident_bytes
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -111,8 +112,6 @@ class ProblemSpec:
     order: str = "official-like"
 
     def __post_init__(self) -> None:
-        from . import config
-
         _choice("order", self.order, ORDERS)
 
         sizes = sorted(int(k) for k in config.get("bias"))
@@ -247,8 +246,40 @@ def _store_network(folder: Path, spec: ProblemSpec,
         _say(progress, f"{folder} holds layers 1-{held.n_layers}, not {spec.layers}: "
                        f"running {held.n_layers} layers")
         spec = dataclasses.replace(spec, layers=held.n_layers)
+    if store_weights(held, spec.layers) == "streamed":
+        _say(progress, f"streaming {spec.neurons}-{spec.layers} weights from the store "
+                       f"{folder}, layer by layer (in memory with their transpose they "
+                       f"would take {resident_bytes(held, spec.layers) / 1e9:.1f} GB)")
+        return StreamedNetwork(held, spec.layers), spec
     _say(progress, f"reading {spec.neurons}-{spec.layers} weights from the store {folder}")
     return held.to_network(spec.layers), spec
+
+
+def store_weights(held: store.NetworkStore, n_layers: int | None = None) -> str:
+    """``"resident"`` or ``"streamed"``: how a run here holds a store's weights.
+
+    ``sdnn.data-parallel.weights`` if it is not ``auto``; with ``auto``, streamed when the
+    weights and their transpose (:func:`~sdnn_dask.streaming.resident_bytes`) exceed
+    ``sdnn.data-parallel.resident-fraction`` of this machine's memory.
+    """
+    import psutil
+
+    from .parallel.data import WEIGHTS
+
+    weights = config.get("data-parallel.weights")
+    if weights not in WEIGHTS:
+        raise StudyError(f"sdnn.data-parallel.weights must be one of {', '.join(WEIGHTS)}, "
+                         f"got {weights!r}")
+    if weights != "auto":
+        return weights
+    budget = float(config.get("data-parallel.resident-fraction")) * \
+        psutil.virtual_memory().total
+    return "streamed" if resident_bytes(held, n_layers) > budget else "resident"
+
+
+def is_streamed(network: Any) -> bool:
+    """Whether ``network`` is streamed from a store (no layers in memory)."""
+    return isinstance(network, StreamedNetwork)
 
 
 def load_problem(spec: ProblemSpec | None = None, *, cache: bool = True,
@@ -289,14 +320,22 @@ def load_problem(spec: ProblemSpec | None = None, *, cache: bool = True,
     network, spec = load_network(spec, cache=cache, progress=progress,
                                  layer_progress=layer_progress)
     n, layers = spec.neurons, spec.layers
-    if spec.data is None:
-        if spec.inputs_file or spec.truth:
+    # a network store holds weights only: without an inputs file, the inputs are generated
+    store_only = (spec.data is not None and not spec.inputs_file
+                  and (Path(spec.data) / store.MANIFEST).is_file())
+    if spec.data is None or store_only:
+        if store_only and spec.truth:
+            raise StudyError("truth goes with an inputs file: a network store holds the "
+                             "weights only")
+        if spec.data is None and (spec.inputs_file or spec.truth):
             raise StudyError("inputs_file and truth go with data (a challenge folder)")
         rows = DEFAULT_ROWS if spec.inputs is None else spec.inputs
         _say(progress, f"generating {rows} synthetic inputs")
         inputs = make_inputs(rows, n, seed=spec.seed, order=spec.order)
-        truth, source = None, (f"generated RadiX-Net {n}-{layers}, seed {spec.seed}, "
-                               f"{spec.order} row order")
+        truth = None
+        source = (f"generated RadiX-Net {n}-{layers}, seed {spec.seed}" if spec.data is None
+                  else f"the network store {spec.data}, layers 1-{layers}")
+        source += f", {spec.order} row order"
     else:
         data = Path(spec.data)
         path = Path(spec.inputs_file) if spec.inputs_file else io.inputs_path(data, n)
@@ -635,6 +674,12 @@ class Runner:
         if spec.partition == "hypergraph" and "hypergraph" not in neuron_partitions_available():
             raise StudyError(f"{spec.label}: the hypergraph partition needs Mt-KaHyPar: "
                              "pip install 'sdnn_dask[partition]'")
+        if is_streamed(self.problem.network) and spec.strategy not in (*SERIAL_STRATEGIES,
+                                                                       "data"):
+            raise StudyError(f"{spec.label}: the weights are streamed from a store, layer by "
+                             "layer, which only the serial strategies and data parallelism "
+                             "do; model parallelism needs them in memory "
+                             "(sdnn.data-parallel.weights: resident, or fewer layers)")
         spec.check_against(self.problem, max(1, len(self.cluster_workers)))
 
     def _executor(self, kind: str, workers: int):
@@ -644,8 +689,12 @@ class Runner:
         if key not in self._executors:
             pool = self.cluster_workers[:workers]
             cls = DataParallelExecutor if kind == "data" else ModelParallelExecutor
-            _say(self.progress, f"sending the weights to {workers} worker(s) ({kind})")
+            how = ("opening the store on" if is_streamed(self.problem.network)
+                   else "sending the weights to")
+            _say(self.progress, f"{how} {workers} worker(s) ({kind})")
             self._executors[key] = cls(self.client, self.problem.network, workers=pool)
+            if kind == "data":
+                _say(self.progress, f"weights {self._executors[key].weights_reason}")
         return self._executors[key]
 
     def _partition(self, spec: RunSpec, k: int):
@@ -690,6 +739,8 @@ class Runner:
     def _warm_up(self, spec: RunSpec) -> None:
         key = (spec.strategy == "data", spec.workers, spec.transport)
         if not self.warm_up or spec.strategy in SERIAL_STRATEGIES or key in self._warm:
+            return
+        if is_streamed(self.problem.network):  # a warm-up would read the store once more
             return
         rows = min(WARM_UP_ROWS, self.problem.inputs.shape[0])
         groups = spec.row_groups or 1
