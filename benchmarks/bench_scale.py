@@ -12,24 +12,32 @@ N = 1024, the rows that survive, and the peak memory of this process and of the 
         [--rows 1000] [--repeat 2] [--headline FOLDER [--keep]]
 
 At N = 65536 the network is 251 M edges (about 3 GB with its transpose, in this process
-and in each worker). The headline 65536-1920 network of issue 11 does not fit that way:
-it needs the layers streamed from a network store, which no run does yet. With
-``--headline FOLDER`` (and ``--sizes`` empty to skip the sweep) the script instead writes
-the generated 65536-1920 network as a store there while generating it
-(:func:`~sdnn_dask.radixnet.iter_layers`; about 32 GB on disk), then reads every layer
-back through a window of 2, and prints the seconds, the size and this process's peak
-memory; the store is removed afterwards unless ``--keep``.
+and in each worker). The headline networks do not fit that way. With ``--headline FOLDER``
+the script then runs generated 16384-1920 and 65536-1920 (``--headline-sizes``) streamed
+from network stores in FOLDER (written there while generated if missing, about 8 and 33 GB;
+removed afterwards unless ``--keep``): on ``--headline-rows`` rows (1000), the serial kernel
+in this process and data parallelism on 2 workers (weights chosen by ``auto``: streamed),
+the two checked against each other on every row and against the scipy reference on
+``--check-rows`` of them (8: half that survive, half that do not), with the peak memory of
+all processes (this one and the cluster's, sampled: the sum of their PSS, so the store's
+pages that both workers map count once). It exits 1 if that peak exceeds 12 GB::
+
+    python benchmarks/bench_scale.py --sizes --headline data/stores --keep   # ~15 min
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import resource
 import shutil
 import sys
+import threading
 import time
 from pathlib import Path
 
+import numpy as np
+import psutil
 from distributed import Client, LocalCluster
 
 from sdnn_dask.allocator import tune_allocator
@@ -50,26 +58,110 @@ def _worker_peak(dask_worker=None) -> float:  # run on each worker by client.run
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
 
 
-def headline(folder: Path, keep: bool) -> None:
-    """Write generated 65536-1920 as a store while generating it; read it back."""
+class MemorySampler:
+    """Peak memory of this process and all its children (the cluster's workers and
+    nannies), sampled every ``interval`` seconds in a thread: the sum of their
+    proportional set sizes (PSS: a page shared by k processes, such as a store's page in
+    the page cache mapped by both workers, counts 1/k in each) and of their RSS."""
+
+    def __init__(self, interval: float = 0.25):
+        self.interval, self.peak_pss, self.peak_rss = interval, 0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        me = psutil.Process()
+        while not self._stop.is_set():
+            pss = rss = 0
+            for proc in [me, *me.children(recursive=True)]:
+                try:
+                    info = proc.memory_full_info()
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    continue
+                pss += getattr(info, "pss", info.rss)
+                rss += info.rss
+            self.peak_pss, self.peak_rss = max(self.peak_pss, pss), max(self.peak_rss, rss)
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> MemorySampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _headline_store(folder: Path, n: int, layers: int) -> tuple[Path, str]:
+    """The generated ``n``-``layers`` network's store in ``folder`` (written while
+    generated, unless a whole one is there), and what was done, in words."""
     from sdnn_dask import store
     from sdnn_dask.radixnet import iter_layers
 
-    n, layers = 65536, 1920
+    path = folder / f"radixnet-{n}-{layers}"
+    name = f"radixnet-{n}-{layers}-s0"
+    if (path / store.MANIFEST).is_file():
+        held = store.open_store(path)
+        if held.name == name and held.n_layers == layers:
+            return path, f"store {path} reused ({held.nbytes() / 1e9:.1f} GB)"
+        raise SystemExit(f"{path} holds {held.name} with {held.n_layers} layers, not {name}")
     t0 = time.perf_counter()
-    store.write_store(folder, iter_layers(n, layers, seed=0), n_neurons=n,
-                      name=f"radixnet-{n}-{layers}-s0", n_layers=layers)
-    write_s = time.perf_counter() - t0
-    size = sum(p.stat().st_size for p in folder.iterdir())
-    held = store.open_store(folder)
-    t0 = time.perf_counter()
-    edges = sum(w.nnz for w in held.layers(window=2))
-    read_s = time.perf_counter() - t0
-    print(f"65536-1920 store: {edges:.3g} edges, written in {write_s:.0f} s while generated, "
-          f"{size / 1e9:.1f} GB; every layer read back (window 2, checked) in {read_s:.0f} s; "
-          f"peak memory of this process {_peak_gb():.2f} GB")
-    if not keep:
-        shutil.rmtree(folder)
+    store.write_store(path, iter_layers(n, layers, seed=0), n_neurons=n, name=name,
+                      n_layers=layers)
+    size = sum(p.stat().st_size for p in path.iterdir())
+    return path, (f"store written while generated in {time.perf_counter() - t0:.0f} s, "
+                  f"{size / 1e9:.1f} GB")
+
+
+def headline(folder: Path, sizes: list[int], layers: int, rows: int, check: int,
+             keep: bool) -> int:
+    """Generated N-1920 networks streamed from stores, on a row subset; checked."""
+    from sdnn_dask.parallel.serial import run_serial
+    from sdnn_dask.streaming import StreamedNetwork
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tune_allocator()
+    failed = 0
+    for n in sizes:
+        path, how = _headline_store(folder, n, layers)
+        network = StreamedNetwork(path)
+        inputs = make_inputs(rows, n, seed=0)
+        edges = network.edges * rows
+        print(f"{n}-{layers}: {network.edges:.3g} edges; {how}", flush=True)
+        with MemorySampler() as memory, \
+                LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) \
+                as cluster, Client(cluster) as client:
+            serial = run_serial(network, inputs, "kernel")
+            executor = DataParallelExecutor(client, network)
+            data = executor.run(inputs, partition="block")
+            client.run(gc.collect)
+        assert_same_result(data, serial.output)  # the two strategies agree ...
+        survivors = np.flatnonzero(serial.output.getnnz(axis=1))
+        dead = np.setdiff1d(np.arange(rows), survivors)
+        # ... and the reference agrees with both on a few rows that survive and a few
+        # that do not (every row through every layer: the reference is slow)
+        picked = np.sort(np.concatenate([survivors[: check // 2],
+                                         dead[: check - min(check // 2, len(survivors))]]))
+        t0 = time.perf_counter()
+        expected = infer_reference(network, inputs[picked])
+        ref_s = time.perf_counter() - t0
+        assert_same_result(serial.output[picked], expected)
+        ok = memory.peak_pss <= 12e9
+        failed += not ok
+        print(f"  {executor.weights_reason}")
+        print(f"  {rows} rows, {len(survivors)} survive: serial kernel {serial.wall_seconds:.1f} s "
+              f"({edges / serial.wall_seconds:.3g} edges/s), data parallel 2 workers "
+              f"{data.wall_seconds:.1f} s ({edges / data.wall_seconds:.3g} edges/s, "
+              f"{serial.wall_seconds / data.wall_seconds:.2f}x the kernel)")
+        print(f"  reference on {len(picked)} of the rows ({min(check // 2, len(survivors))} "
+              f"that survive): {ref_s:.0f} s, equal to the kernel's; data parallel equal "
+              "to the kernel on every row")
+        print(f"  peak memory of all processes: {memory.peak_pss / 1e9:.2f} GB PSS "
+              f"({memory.peak_rss / 1e9:.2f} GB summed RSS): "
+              f"{'within' if ok else 'OVER'} 12 GB", flush=True)
+        if not keep:
+            shutil.rmtree(path)
+    return 1 if failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,14 +170,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=120)
     parser.add_argument("--rows", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--headline", type=Path, default=None,
-                        help="write generated 65536-1920 as a store in this new folder")
-    parser.add_argument("--keep", action="store_true", help="keep the headline store")
+    parser.add_argument("--headline", type=Path, default=None, metavar="FOLDER",
+                        help="then stream generated N-1920 from stores in FOLDER (written "
+                             "there if missing)")
+    parser.add_argument("--headline-sizes", type=int, nargs="+", default=[16384, 65536])
+    parser.add_argument("--headline-layers", type=int, default=1920)
+    parser.add_argument("--headline-rows", type=int, default=1000)
+    parser.add_argument("--check-rows", type=int, default=8,
+                        help="rows the reference checks in the headline runs")
+    parser.add_argument("--keep", action="store_true", help="keep the headline stores")
     args = parser.parse_args(argv)
+    status = 0
+    if args.sizes:
+        sweep(args)
     if args.headline is not None:
-        headline(args.headline, args.keep)
-    if not args.sizes:
-        return 0
+        status = headline(args.headline, args.headline_sizes, args.headline_layers,
+                          args.headline_rows, args.check_rows, args.keep)
+    return status
+
+
+def sweep(args: argparse.Namespace) -> None:
+    """The N sweep at L = ``args.layers``, networks in memory."""
     tune_allocator()  # as the workers: the kernel's tiles without page faults
     print(f"L = {args.layers}, {args.rows} rows at every N, best of {args.repeat}; "
           "2 workers for data parallelism", file=sys.stderr)
@@ -127,7 +232,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{n:6d} {ref_s:12.2f} {kernel_s:9.3f} {data_s:10.3f} {rate:15.3g} "
               f"{ref_s / kernel_s:10.1f} {kernel_s / data_s:11.2f} {rate / base:10.2f} "
               f"{survivors:9d} {peak:8.1f} {workers:9.1f}")
-    return 0
 
 
 if __name__ == "__main__":
