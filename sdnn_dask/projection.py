@@ -7,8 +7,8 @@ calibrated on what, the held-out errors and the published-network projection are
 ``docs/projection.md``; in short (all times in seconds):
 
 **One layer of the serial kernel** on one block (:func:`~sdnn_dask.kernels.forward_block`,
-which runs rows in chunks of ``c = chunk_bytes // (4 N)`` rows and picks, per chunk, a
-dense tile or sparse rows by the chunk's density)::
+which runs rows in chunks of ``c = max(chunk_min_rows, chunk_bytes // (4 N))`` rows and
+picks, per chunk, a dense tile or sparse rows by the chunk's density)::
 
     t_layer = a_fma * w * R_dense + a_tile * w * T_dense + a_dcall * steps_dense
             + a_edge * d * Z_sparse + a_scan * N * R_sparse + a_scall * steps_sparse
@@ -1286,13 +1286,21 @@ def _output_nnz(trace: pd.DataFrame | None, n_layers: int) -> float:
 
 
 def _run_settings(run: pd.Series, default: KernelSettings) -> KernelSettings:
-    """The kernel settings of a recorded run: its ``dense_threshold`` and ``chunk_bytes``
-    columns where the records have them, else ``default``."""
+    """The kernel settings of a recorded run: its ``dense_threshold``, ``chunk_bytes`` and
+    ``chunk_min_rows`` columns where the records have them, else ``default``'s. A record
+    with ``chunk_bytes`` but no ``chunk_min_rows`` was made before the minimum existed:
+    its chunks were ``chunk_bytes`` alone (at N = 4096, 64 rows where now 256)."""
     threshold, chunk = run.get("dense_threshold"), run.get("chunk_bytes")
+    min_rows = run.get("chunk_min_rows")
+    has_chunk = chunk is not None and pd.notna(chunk)
+    if min_rows is not None and pd.notna(min_rows):
+        min_rows = int(min_rows)
+    else:
+        min_rows = 1 if has_chunk else default.min_chunk_rows
     return KernelSettings(
         float(threshold) if threshold is not None and pd.notna(threshold)
         else default.dense_threshold,
-        int(chunk) if chunk is not None and pd.notna(chunk) else default.chunk_bytes)
+        int(chunk) if has_chunk else default.chunk_bytes, max(1, min_rows))
 
 
 def _merged(run: pd.Series) -> bool:
@@ -1533,7 +1541,8 @@ def project_published(model: CostModel, survival: Survival | None = None, *,
     """
     p = PUBLISHED
     n, n_layers, rows = p["neurons"], p["layers"], p["inputs"]
-    cr = max(1, model.settings.chunk_bytes // (4 * n))
+    cr = model.settings.chunk_rows(n)
+    dense_above = model.settings.dense_threshold * (1 + _SETUP_ROWS / cr)
     assumptions = [
         f"data parallelism over {workers} single-threaded workers (32 nodes x 28 cores), "
         f"one {row_partition} of rows each, every worker holding all 1920 layers (48 GB "
@@ -1544,9 +1553,11 @@ def project_published(model: CostModel, survival: Survival | None = None, *,
         f"network {bandwidth_gbit_s:g} Gb/s (InfiniBand-class), only for gathering the "
         "survivors' activations (8 bytes a nonzero); run and task overheads as measured "
         "here",
-        f"kernel settings as calibrated: {model.settings.chunk_bytes}-byte chunks, so at "
-        f"N = 65536 a chunk is {cr} rows and every layer runs sparse "
-        f"(dense threshold {model.settings.dense_threshold:g} x (1 + 100 / {cr}) > 1)",
+        f"kernel settings as calibrated: {model.settings.chunk_bytes}-byte chunks of at "
+        f"least {model.settings.min_chunk_rows} rows, so at N = 65536 a chunk is {cr} rows, "
+        f"and a chunk runs dense above {dense_above:.3g} of its entries nonzero (dense "
+        f"threshold {model.settings.dense_threshold:g} x (1 + 100 / {cr}))"
+        + ("; so every layer runs sparse" if dense_above > 1 else ""),
     ]
     if survival is None:
         if not model.profiles:

@@ -32,7 +32,8 @@ seed                seed of the random partitions (and of a generated problem's 
 nbuckets, epsilon   buckets of a hash partition; imbalance bound of a hypergraph one
                     (empty where they do not apply)
 dense_threshold,    the kernel settings the run's tasks used (``sdnn.kernel.*``, read on
-chunk_bytes         the client)
+chunk_bytes,        the client); ``chunk_min_rows`` is empty in records made before the
+chunk_min_rows      minimum existed (their chunks were ``chunk_bytes`` alone)
 block, worker       this row's block and the worker that ran it
 rows, survivors     input rows of the block, and those nonzero after the last layer (for a
                     part: nonzero in the part's columns)
@@ -111,7 +112,8 @@ RUN_DTYPES: dict[str, str] = {
     "row_partition": _TEXT, "network": _TEXT, "neurons": _INT, "layers": _INT,
     "edges": _INT, "inputs": _INT, "workers": _INT, "blocks": _INT, "parts": _INT,
     "row_groups": _INT, "transport": _TEXT, "seed": _INT, "nbuckets": _INT,
-    "epsilon": _FLOAT, "dense_threshold": _FLOAT, "chunk_bytes": _INT, "block": _INT,
+    "epsilon": _FLOAT, "dense_threshold": _FLOAT, "chunk_bytes": _INT, "chunk_min_rows": _INT,
+    "block": _INT,
     "worker": _TEXT, "rows": _INT, "survivors": _INT, "row_layers": _INT, "compute_s": _FLOAT,
     "wall_s": _FLOAT, "edges_per_s": _FLOAT, "imbalance": _FLOAT,
     "survivor_imbalance": _FLOAT, "work_imbalance": _FLOAT, "placement": _TEXT,
@@ -227,6 +229,7 @@ def run_records(
         # the reference recurrence has no kernel settings
         "dense_threshold": None if result.strategy == "reference" else kernel.dense_threshold,
         "chunk_bytes": None if result.strategy == "reference" else kernel.chunk_bytes,
+        "chunk_min_rows": None if result.strategy == "reference" else kernel.min_chunk_rows,
         "wall_s": result.wall_seconds,
         "edges_per_s": result.edges_per_second,
         "imbalance": imbalance(blocks["compute_s"]),
