@@ -287,3 +287,23 @@ def test_auto_keeps_a_small_store_in_memory(held, capsys):
                  "--strategy", "kernel"]) == 0
     err = capsys.readouterr().err
     assert "reading 1024-4 weights from the store" in err and "streaming" not in err
+
+
+# ------------------------------------------------------------------ every challenge size
+
+
+@pytest.mark.parametrize("n", [4096, 16384, 65536])
+def test_streamed_kernel_at_every_size(tmp_path, n):
+    # the streamed dense step (W, not W^T) at the challenge's sizes, on a few rows, forced
+    # dense and left to choose, against the scipy reference
+    from sdnn_dask.radixnet import iter_layers
+
+    written = store.write_store(tmp_path / "net", iter_layers(n, 3, seed=1), n_neurons=n,
+                                n_layers=3)
+    streamed = StreamedNetwork(written)
+    x = make_inputs(24, n, seed=2)
+    expected = infer_reference(streamed, x)
+    assert expected.output.nnz > 0
+    for threshold in (0.0, None):
+        out, = stream_blocks(streamed, [x], KernelSettings.resolve(dense_threshold=threshold))
+        assert_same_result(out.to_csr(), expected)
