@@ -121,10 +121,9 @@ def pattern_order(csr: sp.csr_matrix) -> np.ndarray:
     the same pattern: given ``W^T``, the output neurons' order the dense kernel visits
     (:attr:`Network.output_order`); given ``W``, the inputs' (for
     :func:`~sdnn_dask.kernels.dense_step_w`)."""
-    wt = csr
-    nonempty = np.diff(wt.indptr) > 0
-    first = np.full(wt.shape[0], -1, dtype=np.int64)
-    last = np.full(wt.shape[0], -1, dtype=np.int64)
-    first[nonempty] = wt.indices[wt.indptr[:-1][nonempty]]
-    last[nonempty] = wt.indices[wt.indptr[1:][nonempty] - 1]
+    nonempty = np.diff(csr.indptr) > 0
+    first = np.full(csr.shape[0], -1, dtype=np.int64)
+    last = np.full(csr.shape[0], -1, dtype=np.int64)
+    first[nonempty] = csr.indices[csr.indptr[:-1][nonempty]]
+    last[nonempty] = csr.indices[csr.indptr[1:][nonempty] - 1]
     return np.lexsort((last, first)).astype(np.int64)

@@ -33,6 +33,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..kernels import _ROW_TILE, dense_step
+from ..network import pattern_order
 from .losses import softmax_cross_entropy
 from .model import Gradients, SparseModel, unflatten
 
@@ -300,17 +301,6 @@ def sampled_gradient_t(ypt: np.ndarray, dt: np.ndarray, w: sp.csr_matrix,
     return grad
 
 
-def _pattern_order(csr: sp.csr_matrix) -> np.ndarray:
-    """Rows sorted by (first, last) index: rows that read the same inputs come together,
-    so what one reads is still in L1 for the next (as Network.output_order)."""
-    nonempty = np.diff(csr.indptr) > 0
-    first = np.full(csr.shape[0], -1, dtype=np.int64)
-    last = np.full(csr.shape[0], -1, dtype=np.int64)
-    first[nonempty] = csr.indices[csr.indptr[:-1][nonempty]]
-    last[nonempty] = csr.indices[csr.indptr[1:][nonempty] - 1]
-    return np.lexsort((last, first)).astype(np.int64)
-
-
 class _Layout:
     """Per layer, what the pattern alone decides: ``W^T``'s pattern, the map from
     ``W.data`` to ``W^T.data``, and both visiting orders. Built once per model."""
@@ -332,8 +322,8 @@ class _Layout:
                                 post.indptr.astype(np.int64)), shape=post.shape)
             self.wt.append(wt)
             self.to_t.append(to_t)
-            self.order_fwd.append(_pattern_order(wt))
-            self.order_bwd.append(_pattern_order(w))
+            self.order_fwd.append(pattern_order(wt))
+            self.order_bwd.append(pattern_order(w))
 
     def matches(self, model: SparseModel) -> bool:
         return len(self.indices) == model.n_layers and all(

@@ -20,9 +20,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ..network import Network
+from ..network import Network, pattern_order
 from ..partition import NeuronPartition
-from .compiled import _pattern_order
 from .model import SparseModel
 from .optim import _update
 
@@ -180,7 +179,7 @@ def _slice_layer(w: sp.csr_matrix, bias: np.ndarray, own: np.ndarray,
     wt = sp.csr_matrix((ws.data[to_t], local.indices.astype(np.int32),
                         local.indptr.astype(np.int64)), shape=local.shape)
     return _Slice(own=own, needed=needed, w=ws, w_pos=w_pos, wt=wt, to_t=to_t,
-                  order_fwd=_pattern_order(wt), order_bwd=_pattern_order(ws),
+                  order_fwd=pattern_order(wt), order_bwd=pattern_order(ws),
                   bias=np.ascontiguousarray(bias[own], dtype=np.float32),
                   velocity_w=np.zeros(ws.nnz, np.float32) if momentum else None,
                   velocity_b=np.zeros(len(own), np.float32) if momentum else None)
