@@ -693,7 +693,7 @@ class Runner:
                    else "sending the weights to")
             _say(self.progress, f"{how} {workers} worker(s) ({kind})")
             self._executors[key] = cls(self.client, self.problem.network, workers=pool)
-            if kind == "data":
+            if kind == "data" and is_streamed(self.problem.network):  # resident or not
                 _say(self.progress, f"weights {self._executors[key].weights_reason}")
         return self._executors[key]
 
