@@ -307,3 +307,14 @@ def test_streamed_kernel_at_every_size(tmp_path, n):
     for threshold in (0.0, None):
         out, = stream_blocks(streamed, [x], KernelSettings.resolve(dense_threshold=threshold))
         assert_same_result(out.to_csr(), expected)
+
+
+def test_data_parallel_takes_a_store_folder(client, held, net, inputs):
+    import dask
+
+    executor = DataParallelExecutor(client, str(held.folder), weights="streamed",
+                                    warm_up=False)
+    with dask.config.set({"sdnn.data-parallel.merge-blocks": False}):
+        result = executor.run(inputs, n_blocks=3)  # streamed blocks always run together
+    assert (result.params["weights"], result.params["merge_blocks"]) == ("streamed", "merged")
+    assert_same_result(result, infer_reference(net, inputs))

@@ -26,6 +26,7 @@ those blocks again (and the weights, if no copy is left) and reruns only them, u
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Iterable
@@ -237,7 +238,7 @@ class DataParallelExecutor(Executor):
         Any ``distributed.Client``.
     network
         The network; sent to every worker of the pool once, here. A network store
-        (:class:`~sdnn_dask.store.NetworkStore`, or a
+        (:class:`~sdnn_dask.store.NetworkStore` or its folder, or a
         :class:`~sdnn_dask.streaming.StreamedNetwork` of some of its layers) is read into
         memory and sent so when it fits, else streamed (see ``weights``).
     workers
@@ -263,13 +264,16 @@ class DataParallelExecutor(Executor):
 
     strategy = "data"
 
-    def __init__(self, client: Client, network: Network | NetworkStore | StreamedNetwork, *,
+    def __init__(self, client: Client,
+                 network: Network | NetworkStore | StreamedNetwork | str | os.PathLike, *,
                  workers: Iterable[str] | None = None, warm_up: bool = True,
                  weights: str | None = None):
         # see sdnn_dask.allocator: large arrays without page faults
         super().__init__(client, network, workers=workers,
                          setup=[tune_allocator, warm_up_kernels] if warm_up
                          else [tune_allocator])
+        if isinstance(network, str | os.PathLike):
+            network = StreamedNetwork(network)
         self.weights, self.weights_reason = choose_weights(
             network, weights or config.get("data-parallel.weights"),
             worker_memory_limit(client, self.workers))
@@ -377,6 +381,7 @@ class DataParallelExecutor(Executor):
 
         futures = place_retrying(self.client, self.strategy, place)
         merge = bool(config.get("data-parallel.merge-blocks") if merge is None else merge)
+        merge = merge or self.weights == "streamed"  # a worker's blocks stream together
         if placement == "static":
             results, wall = self._map(futures, blocks, merge=merge)
         else:
