@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numba
 import numpy as np
@@ -35,7 +35,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from . import config
-from .network import Network, as_csr32
+from .network import Network, as_csr32, pattern_order
 
 #: Rows of the dense tile processed together (1 KiB per neuron row): the ~32 input rows
 #: feeding one output then come from a 1 MiB slab (L2). Measured on the official
@@ -156,18 +156,22 @@ def dense_step(yt, wtp, wti, wtx, bias, ymax, zt, row_tile, order):  # pragma: n
 
 
 @numba.njit(nogil=True, cache=True)
-def dense_step_w(yt, wp, wi, wx, bias, ymax, zt, row_tile, in_order):  # pragma: no cover
+def dense_step_w(yt, wp, wi, wx, bias, ymax, zt, row_tile, in_order, fours
+                 ):  # pragma: no cover
     """:func:`dense_step` with ``W`` itself in CSR (rows = inputs) instead of ``W^T``.
 
     Each live input neuron's row of ``yt`` is added, scaled, into the rows of ``zt`` of
     the neurons it feeds; inputs are visited in ``in_order`` (a permutation grouping inputs
     that feed the same outputs, so those rows of ``zt`` stay in L1), then every output gets
-    the bias and clamp. For a network streamed from a store: no transpose to build for
-    each layer. The sums run in another order than :func:`dense_step`'s, so values agree
-    to float rounding, not bit for bit.
+    the bias and clamp. ``fours[ii]`` says inputs ``in_order[ii .. ii + 3]`` feed the same
+    outputs in the same order: they are added four per pass over each output row (a
+    quarter of its loads and stores), in the same order as one at a time. For a network
+    streamed from a store: no transpose to build for each layer. The sums run in another
+    order than :func:`dense_step`'s, so values agree to float rounding, not bit for bit.
     """
     rows = yt.shape[1]
     n_out = zt.shape[0]
+    n_in = in_order.shape[0]
     alive = np.zeros(rows, np.bool_)
     counts = np.zeros(rows, np.int32)
     zero = np.float32(0.0)
@@ -179,8 +183,24 @@ def dense_step_w(yt, wp, wi, wx, bias, ymax, zt, row_tile, in_order):  # pragma:
             dst = zt[j, r0:r1]
             for r in range(m):
                 dst[r] = 0.0
-        for ii in range(in_order.shape[0]):
+        ii = 0
+        while ii < n_in:
+            if fours[ii]:  # (a dead input among them adds exact zeros)
+                i0, i1, i2, i3 = in_order[ii], in_order[ii + 1], in_order[ii + 2], \
+                    in_order[ii + 3]
+                s0, s1 = yt[i0, r0:r1], yt[i1, r0:r1]
+                s2, s3 = yt[i2, r0:r1], yt[i3, r0:r1]
+                p0, p1, p2, p3 = wp[i0], wp[i1], wp[i2], wp[i3]
+                for t in range(wp[i0 + 1] - p0):
+                    w0, w1, w2, w3 = wx[p0 + t], wx[p1 + t], wx[p2 + t], wx[p3 + t]
+                    dst = zt[wi[p0 + t], r0:r1]
+                    for r in range(m):
+                        dst[r] = (((dst[r] + w0 * s0[r]) + w1 * s1[r]) + w2 * s2[r]) \
+                            + w3 * s3[r]
+                ii += 4
+                continue
             i = in_order[ii]
+            ii += 1
             src = yt[i, r0:r1]
             live = False
             for r in range(m):
@@ -208,6 +228,47 @@ def dense_step_w(yt, wp, wi, wx, bias, ymax, zt, row_tile, in_order):  # pragma:
         nnz += counts[r]
         alive[r] = counts[r] > 0
     return alive, nnz
+
+
+@numba.njit(nogil=True, cache=True)
+def _same_fours(wp, wi, order):  # pragma: no cover - compiled
+    n = order.shape[0]
+    same = np.zeros(n, np.bool_)  # same[ii]: in_order[ii] and [ii + 1] share their columns
+    for ii in range(n - 1):
+        a, b = order[ii], order[ii + 1]
+        length = wp[a + 1] - wp[a]
+        if wp[b + 1] - wp[b] != length:
+            continue
+        equal = True
+        for t in range(length):
+            if wi[wp[a] + t] != wi[wp[b] + t]:
+                equal = False
+                break
+        same[ii] = equal
+    fours = np.zeros(n, np.bool_)
+    ii = 0
+    while ii + 3 < n:  # greedy, as the kernel walks them
+        if same[ii] and same[ii + 1] and same[ii + 2]:
+            fours[ii] = True
+            ii += 4
+        else:
+            ii += 1
+    return fours
+
+
+class InputOrder(NamedTuple):
+    """How :func:`dense_step_w` walks a layer's inputs (see :func:`input_order`)."""
+
+    order: np.ndarray
+    fours: np.ndarray
+
+
+def input_order(w: sp.csr_matrix) -> InputOrder:
+    """The inputs of ``W`` (CSR) grouped by their columns
+    (:func:`~sdnn_dask.network.pattern_order`), and where four in a row feed the same
+    outputs (RadiX-Net: 16 inputs share each pattern)."""
+    order = pattern_order(w)
+    return InputOrder(order, _same_fours(w.indptr, w.indices, order))
 
 
 @numba.njit(nogil=True, cache=True)
@@ -802,7 +863,8 @@ class _Chunk:
         """Advance one layer in place, dropping rows that die; returns the mode used.
 
         Without ``wt`` a dense layer runs :func:`dense_step_w` on ``w``, ``order`` then
-        being the inputs' order; else :func:`dense_step` on ``wt``, in output ``order``.
+        being an :class:`InputOrder`; else :func:`dense_step` on ``wt``, in output
+        ``order``.
         """
         rows, n = len(self.live), w.shape[1]
         # A dense layer costs ~n_out * 32 loop set-ups whatever the row count, so few rows
@@ -815,9 +877,10 @@ class _Chunk:
                 _csr_to_dense_t(c.indptr, c.indices, c.data, self.dense_t)
                 self.csr = None
             out = self._view(1 - self._current, rows)
-            if wt is None:  # streamed: no transpose, ``order`` is of the inputs
+            if wt is None:  # streamed: no transpose, ``order`` an InputOrder
                 alive, self.nnz = dense_step_w(self.dense_t, w.indptr, w.indices, w.data,
-                                               bias, ymax, out, _ROW_TILE, order)
+                                               bias, ymax, out, _ROW_TILE, order.order,
+                                               order.fours)
             else:
                 alive, self.nnz = dense_step(self.dense_t, wt.indptr, wt.indices, wt.data,
                                              bias, ymax, out, _ROW_TILE, order)
@@ -945,6 +1008,7 @@ def warm_up_kernels() -> str:
     forward_block(tiny, x, dense_threshold=0.0)
     forward_block(tiny, x, dense_threshold=2.0)
     w, yt = tiny.layers[0], np.ones((32, 4), np.float32)  # the streamed dense step
+    walk = input_order(w)
     dense_step_w(yt, w.indptr, w.indices, w.data, tiny.bias, np.float32(tiny.ymax),
-                 np.empty_like(yt), _ROW_TILE, np.arange(32, dtype=np.int64))
+                 np.empty_like(yt), _ROW_TILE, walk.order, walk.fours)
     return "ok"

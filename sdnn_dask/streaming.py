@@ -32,7 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import config
-from .network import pattern_order
+from .kernels import InputOrder, input_order
 from .store import NetworkStore, _read_ahead, open_store
 
 __all__ = ["StreamedNetwork", "resident_bytes"]
@@ -117,7 +117,7 @@ class StreamedNetwork:
         :func:`resident_bytes`)."""
         return resident_bytes(self.store, self.n_layers)
 
-    def kernel_layers(self) -> Iterator[tuple[sp.csr_matrix, None, np.ndarray]]:
+    def kernel_layers(self) -> Iterator[tuple[sp.csr_matrix, None, InputOrder]]:
         """Each layer's ``(W, None, input order)``, in order, as the kernel needs them.
 
         No transpose: the kernel's dense step then walks ``W`` itself
@@ -130,14 +130,14 @@ class StreamedNetwork:
         arrays) and dropped as the caller moves on. Closing the iterator stops the thread.
         """
 
-        def prepare(k: int) -> tuple[sp.csr_matrix, None, np.ndarray]:
+        def prepare(k: int) -> tuple[sp.csr_matrix, None, InputOrder]:
             mapped = self.store.layer(k)  # checked on its first read
             w = sp.csr_matrix((np.array(mapped.data), np.array(mapped.indices),
                                np.array(mapped.indptr)), shape=mapped.shape, copy=False)
             w.has_sorted_indices = w.has_canonical_format = True
             if k + self.window <= self.n_layers:  # the disk reads on while this computes
                 _read_ahead(self.store.layer(k + self.window))
-            return w, None, pattern_order(w)
+            return w, None, input_order(w)
 
         with ThreadPoolExecutor(1, thread_name_prefix="sdnn-stream") as pool:
             ahead = deque(pool.submit(prepare, k)

@@ -69,6 +69,38 @@ def test_transpose_is_scipys_exactly(shape, density):
     assert got.has_canonical_format
 
 
+# ------------------------------------------------------------------- the dense step on W
+
+
+@pytest.mark.parametrize("n, rows", [(1024, 40), (4096, 7), (1024, 300)])
+def test_dense_step_w_four_at_a_time_is_one_at_a_time_bit_for_bit(n, rows):
+    from sdnn_dask.kernels import _ROW_TILE, dense_step, dense_step_w, input_order
+    from sdnn_dask.network import pattern_order
+    from sdnn_dask.radixnet import radixnet_layer
+
+    rng = np.random.default_rng(n + rows)
+    w = as_csr32(radixnet_layer(n, 2, rng.permutation(n)))
+    w.data = rng.standard_normal(w.nnz).astype(np.float32)  # four inputs, four weights
+    walk = input_order(w)
+    assert walk.fours.sum() == n // 4  # RadiX-Net: 16 inputs share each pattern
+    # some inputs dead (all-zero rows), the others half zero
+    yt = (rng.random((n, rows)) * (rng.random((n, rows)) < 0.5)).astype(np.float32)
+    yt[rng.random(n) < 0.2] = 0.0
+    bias, ymax = np.full(n, -0.1, np.float32), np.float32(32)
+    one, four, gather = (np.empty((n, rows), np.float32) for _ in range(3))
+    a = dense_step_w(yt, w.indptr, w.indices, w.data, bias, ymax, one, _ROW_TILE,
+                     walk.order, np.zeros(n, np.bool_))
+    b = dense_step_w(yt, w.indptr, w.indices, w.data, bias, ymax, four, _ROW_TILE,
+                     walk.order, walk.fours)
+    np.testing.assert_array_equal(one, four)
+    np.testing.assert_array_equal(a[0], b[0])
+    assert a[1] == b[1]
+    wt = transpose(w)
+    dense_step(yt, wt.indptr, wt.indices, wt.data, bias, ymax, gather, _ROW_TILE,
+               pattern_order(wt))
+    np.testing.assert_allclose(four, gather, rtol=1e-5, atol=1e-5)
+
+
 # ------------------------------------------------------------------------ stream_blocks
 
 
@@ -157,9 +189,9 @@ def test_each_layer_is_read_once_in_order(held, inputs):
     assert max(Counter(counted.read).values()) <= 2
     # the kernel is handed (W, W^T, order) of layer 1, 2, ... each once, and cannot go back
     layers = _InOrder(streamed.kernel_layers())
-    w3, wt3, order = layers[2]
+    w3, wt3, walk = layers[2]
     assert (w3 != held.layer(3)).nnz == 0 and wt3 is None  # no transpose: W itself
-    assert sorted(order) == list(range(N))
+    assert sorted(walk.order) == list(range(N))
     assert layers[2][0] is w3
     with pytest.raises(RuntimeError, match="read once, in order"):
         layers[1]
