@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterable, Iterator, Sized
 from pathlib import Path
 from typing import Any
 
+import numba
 import numpy as np
 import scipy.sparse as sp
 
@@ -820,6 +821,14 @@ class NetworkStore:
         matrix.has_canonical_format = True
         return matrix
 
+    def read_ahead(self, k: int) -> None:
+        """Ask the operating system to read layer ``k``'s files (1-based) into the page
+        cache, asynchronously (``posix_fadvise(WILLNEED)``; nothing where there is none).
+        Neither maps nor checks the layer."""
+        entry = self.manifest["layers"][k - 1]
+        for part, _ in _PARTS:
+            _will_need(self.folder / entry["files"][part]["name"])
+
     def _map(self, k: int) -> dict[str, np.ndarray]:
         entry = self.manifest["layers"][k - 1]
         lengths = {"indptr": self.n_neurons + 1, "indices": entry["nnz"], "data": entry["nnz"]}
@@ -841,6 +850,8 @@ class NetworkStore:
     def _check_layer(self, k: int, arrays: dict[str, np.ndarray]) -> None:
         entry = self.manifest["layers"][k - 1]
         nnz, n = entry["nnz"], self.n_neurons
+        if _layer_is_sound(arrays["indptr"], arrays["indices"], arrays["data"], nnz, n):
+            return  # one compiled pass; the checks below find what is wrong, and where
         where = {part: self.folder / entry["files"][part]["name"] for part, _ in _PARTS}
         indptr, indices, data = arrays["indptr"], arrays["indices"], arrays["data"]
         if indptr[0] != 0 or indptr[-1] != nnz:
@@ -872,6 +883,9 @@ class NetworkStore:
         if not data.all():
             raise ChallengeFormatError(where["data"], "explicit zeros; expected nonzero weights "
                                        "only (a zero is no edge)")
+        # the compiled pass said no, these found nothing: never accept the layer silently
+        raise ChallengeFormatError(where["indptr"], "fails the layer's checks; expected "
+                                   "canonical CSR (see sdnn_dask.store)")
 
     def layers(self, window: int = 2) -> Iterator[sp.csr_matrix]:
         """Every layer in order, the next ``window`` prepared by a background thread.
@@ -972,6 +986,28 @@ class NetworkStore:
                                            "changed since the store was written")
         for k in range(1, self.n_layers + 1):
             self.layer(k)
+
+
+@numba.njit(nogil=True, cache=True)
+def _layer_is_sound(indptr, indices, data, nnz, n):  # pragma: no cover - compiled
+    """Whether a layer passes every check of :meth:`NetworkStore._check_layer`, in one
+    pass (four times faster than the NumPy checks, which then only run on a bad layer)."""
+    if indptr[0] != 0 or indptr[indptr.shape[0] - 1] != nnz:
+        return False
+    for i in range(indptr.shape[0] - 1):
+        start, end = indptr[i], indptr[i + 1]
+        if end < start:
+            return False
+        previous = -1
+        for p in range(start, end):
+            j = indices[p]
+            if j <= previous or j >= n:  # also j < 0: previous starts at -1
+                return False
+            previous = j
+            x = data[p]
+            if x == 0.0 or not np.isfinite(x):
+                return False
+    return True
 
 
 def _read_ahead(matrix: sp.csr_matrix) -> None:

@@ -6,7 +6,7 @@ them through layer 2, ... (:func:`~sdnn_dask.kernels.stream_blocks`). A
 :class:`StreamedNetwork` is the network such a run sees. It has a
 :class:`~sdnn_dask.network.Network`'s attributes (N, L, bias, clamp, name, edges) but no
 layers in memory: :meth:`StreamedNetwork.kernel_layers` yields each layer's weights and an
-order of its inputs, prepared by a background thread ``window`` layers ahead of the one
+order of its inputs, prepared by two background threads ``window`` layers ahead of the one
 computing (reading the files, checking them on their first read), so reading overlaps
 compute and at most ``window + 1`` layers are held at a time. No transpose is built: the
 kernel's dense step walks ``W`` itself.
@@ -33,11 +33,15 @@ import scipy.sparse as sp
 
 from . import config
 from .kernels import InputOrder, input_order
-from .store import NetworkStore, _read_ahead, open_store
+from .store import NetworkStore, open_store
 
 __all__ = ["StreamedNetwork", "resident_bytes"]
 
 PathLike = str | os.PathLike
+
+#: Layers beyond the prepared window whose files are asked of the disk ahead (page cache
+#: only: about 25 MB a layer at N = 65536).
+READ_AHEAD = 4
 
 #: Stores opened in this process, by folder and manifest time: a worker opens each once.
 _OPENED: dict[tuple[str, int], NetworkStore] = {}
@@ -122,12 +126,14 @@ class StreamedNetwork:
 
         No transpose: the kernel's dense step then walks ``W`` itself
         (:func:`~sdnn_dask.kernels.dense_step_w`), visiting the inputs in an order that
-        groups those feeding the same outputs. Building ``W^T`` for every layer cost more
-        than the dense step it serves (measured at N = 65536 with 34 live rows: 36 ms to
-        transpose a layer, a 22 ms dense step on ``W^T`` against 29 ms on ``W``), and each
-        worker would build its own. A background thread prepares the layers ``window``
-        ahead; ``W`` is copied out of its maps (the compiled kernels take writable
-        arrays) and dropped as the caller moves on. Closing the iterator stops the thread.
+        groups those feeding the same outputs, four at a time where four feed the same
+        ones; measured at N = 65536 with 34 live rows (``benchmarks/bench_dense_w.py``),
+        that step is faster than the one on ``W^T``, and building ``W^T`` would cost more
+        than either, in every worker. Two background threads prepare the layers
+        ``window`` ahead (read, checked on the first read, copied out of the maps, since
+        the compiled kernels take writable arrays; the inputs' order), and the files of
+        :data:`READ_AHEAD` more layers are asked of the disk. A layer is dropped as the
+        caller moves on; closing the iterator stops the threads.
         """
 
         def prepare(k: int) -> tuple[sp.csr_matrix, None, InputOrder]:
@@ -135,11 +141,12 @@ class StreamedNetwork:
             w = sp.csr_matrix((np.array(mapped.data), np.array(mapped.indices),
                                np.array(mapped.indptr)), shape=mapped.shape, copy=False)
             w.has_sorted_indices = w.has_canonical_format = True
-            if k + self.window <= self.n_layers:  # the disk reads on while this computes
-                _read_ahead(self.store.layer(k + self.window))
+            ahead = k + self.window + READ_AHEAD
+            if ahead <= self.n_layers:  # the disk reads on while these are prepared
+                self.store.read_ahead(ahead)
             return w, None, input_order(w)
 
-        with ThreadPoolExecutor(1, thread_name_prefix="sdnn-stream") as pool:
+        with ThreadPoolExecutor(2, thread_name_prefix="sdnn-stream") as pool:
             ahead = deque(pool.submit(prepare, k)
                           for k in range(1, min(self.window, self.n_layers) + 1))
             following = len(ahead) + 1
