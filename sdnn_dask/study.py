@@ -262,19 +262,14 @@ def store_weights(held: store.NetworkStore, n_layers: int | None = None) -> str:
     weights and their transpose (:func:`~sdnn_dask.streaming.resident_bytes`) exceed
     ``sdnn.data-parallel.resident-fraction`` of this machine's memory.
     """
-    import psutil
+    from .parallel.data import choose_weights
 
-    from .parallel.data import WEIGHTS
-
-    weights = config.get("data-parallel.weights")
-    if weights not in WEIGHTS:
-        raise StudyError(f"sdnn.data-parallel.weights must be one of {', '.join(WEIGHTS)}, "
-                         f"got {weights!r}")
-    if weights != "auto":
-        return weights
-    budget = float(config.get("data-parallel.resident-fraction")) * \
-        psutil.virtual_memory().total
-    return "streamed" if resident_bytes(held, n_layers) > budget else "resident"
+    try:  # no memory limit given: this machine's memory
+        mode, _ = choose_weights(StreamedNetwork(held, n_layers),
+                                 config.get("data-parallel.weights"), None)
+    except ValueError as error:
+        raise StudyError(f"sdnn.data-parallel.{error}") from None
+    return mode
 
 
 def is_streamed(network: Any) -> bool:

@@ -272,13 +272,11 @@ class DataParallelExecutor(Executor):
         super().__init__(client, network, workers=workers,
                          setup=[tune_allocator, warm_up_kernels] if warm_up
                          else [tune_allocator])
-        if isinstance(network, str | os.PathLike):
+        if isinstance(network, NetworkStore | str | os.PathLike):  # a store, or its folder
             network = StreamedNetwork(network)
         self.weights, self.weights_reason = choose_weights(
             network, weights or config.get("data-parallel.weights"),
             worker_memory_limit(client, self.workers))
-        if isinstance(network, NetworkStore):
-            network = StreamedNetwork(network)
         if self.weights == "resident" and isinstance(network, StreamedNetwork):
             network = network.store.to_network(network.n_layers)
         self.network = network
