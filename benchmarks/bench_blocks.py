@@ -20,10 +20,10 @@ import sys
 import dask
 from distributed import Client, LocalCluster
 
-from sdnn_dask.kernels import forward_block
+from sdnn_dask.core.kernels import forward_block
+from sdnn_dask.data.radixnet import make_inputs, make_network
 from sdnn_dask.parallel.data import DataParallelExecutor
 from sdnn_dask.partition import imbalance
-from sdnn_dask.radixnet import make_inputs, make_network
 
 
 def main(argv: list[str] | None = None) -> int:

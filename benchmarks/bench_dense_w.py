@@ -1,8 +1,8 @@
 """The streamed dense step on ``W`` against the resident one on ``W^T``, one layer.
 
 A network streamed from a store runs its dense layers with
-:func:`~sdnn_dask.kernels.dense_step_w` on ``W`` itself (no transpose to build per
-layer); a network in memory with :func:`~sdnn_dask.kernels.dense_step` on ``W^T``. For
+:func:`~sdnn_dask.core.kernels.dense_step_w` on ``W`` itself (no transpose to build per
+layer); a network in memory with :func:`~sdnn_dask.core.kernels.dense_step` on ``W^T``. For
 one generated RadiX-Net layer at each N and a few row counts (a tile of random
 activations, half of them zero): the seconds of ``dense_step`` on ``W^T``, of
 ``dense_step_w`` one input at a time, and four at a time where four inputs feed the same
@@ -22,10 +22,11 @@ from functools import partial
 
 import numpy as np
 
-from sdnn_dask.allocator import tune_allocator
-from sdnn_dask.kernels import _ROW_TILE, dense_step, dense_step_w, input_order, transpose
-from sdnn_dask.network import as_csr32, pattern_order
-from sdnn_dask.radixnet import radixnet_layer
+from sdnn_dask.core.csr import transpose
+from sdnn_dask.core.kernels import ROW_TILE, dense_step, dense_step_w, input_order
+from sdnn_dask.core.network import as_csr32, pattern_order
+from sdnn_dask.data.radixnet import radixnet_layer
+from sdnn_dask.parallel.allocator import tune_allocator
 
 CASES = [(1024, 256), (16384, 32), (65536, 17), (65536, 34), (65536, 256)]
 
@@ -66,11 +67,11 @@ def main(argv: list[str] | None = None) -> int:
         single = np.zeros(n, np.bool_)
         runs = {
             "t": partial(dense_step, yt, wt.indptr, wt.indices, wt.data, bias, ymax, z_t,
-                         _ROW_TILE, out_order),
+                         ROW_TILE, out_order),
             "one": partial(dense_step_w, yt, w.indptr, w.indices, w.data, bias, ymax, z_one,
-                           _ROW_TILE, walk.order, single),
+                           ROW_TILE, walk.order, single),
             "four": partial(dense_step_w, yt, w.indptr, w.indices, w.data, bias, ymax,
-                            z_four, _ROW_TILE, walk.order, walk.fours),
+                            z_four, ROW_TILE, walk.order, walk.fours),
         }
         seconds = {name: [] for name in runs}
         for _ in range(3):  # interleaved: a burst of load hits every kernel alike

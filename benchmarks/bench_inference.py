@@ -33,13 +33,13 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from sdnn_dask import io
 from sdnn_dask.cluster import local_client
-from sdnn_dask.kernels import forward_block, warm_up_kernels
-from sdnn_dask.network import Network
+from sdnn_dask.core.kernels import forward_block, warm_up_kernels
+from sdnn_dask.core.network import Network
+from sdnn_dask.core.reference import infer_reference
+from sdnn_dask.core.result import compare_outputs
+from sdnn_dask.data import io
 from sdnn_dask.parallel import DataParallelExecutor
-from sdnn_dask.reference import infer_reference
-from sdnn_dask.result import compare_outputs
 
 REPO = Path(__file__).resolve().parents[1]
 

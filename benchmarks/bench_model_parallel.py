@@ -13,7 +13,7 @@ round (medians of ``--repeat``):
 and prints per configuration the seconds, edges/s, the parts' (or blocks') summed compute,
 the parts' summed waiting and sending, the MB moved, and the ratios the direct-transport
 issue set targets for. Every output is checked against the official truth's categories
-and against the float64 reference with float32 rounding bounds (:mod:`sdnn_dask.check`),
+and against the float64 reference with float32 rounding bounds (:mod:`sdnn_dask.core.check`),
 never only against the serial kernel, which shares the part step. Run::
 
     pip install -e ".[partition]"
@@ -36,13 +36,13 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from sdnn_dask import io
-from sdnn_dask.check import bounded_reference, check_result
 from sdnn_dask.cluster import local_client
-from sdnn_dask.kernels import forward_block, warm_up_kernels
+from sdnn_dask.core.check import bounded_reference, check_result
+from sdnn_dask.core.kernels import forward_block, warm_up_kernels
+from sdnn_dask.core.reference import categories
+from sdnn_dask.data import io
 from sdnn_dask.parallel import TRANSPORTS, DataParallelExecutor, ModelParallelExecutor
 from sdnn_dask.partition import make_neuron_partition
-from sdnn_dask.reference import categories
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     warm_up_kernels()
     # Every output is checked against answers the executors share no code with: the
     # truth file's categories, and the float64 reference with rigorous float32 bounds
-    # (sdnn_dask.check), not the serial kernel, whose step the parts reuse.
+    # (sdnn_dask.core.check), not the serial kernel, whose step the parts reuse.
     reference = bounded_reference(net, inputs)
     if not np.array_equal(reference.categories, np.setdiff1d(truth, reference.undecided)):
         print("FAIL: the float64 reference's categories are not the truth", file=sys.stderr)

@@ -42,12 +42,12 @@ import numpy as np
 import psutil
 from distributed import Client, LocalCluster
 
-from sdnn_dask.allocator import tune_allocator
-from sdnn_dask.images import make_inputs
-from sdnn_dask.kernels import forward_block
+from sdnn_dask.core.kernels import forward_block
+from sdnn_dask.core.reference import infer_reference
+from sdnn_dask.data.images import make_inputs
+from sdnn_dask.data.radixnet import make_network
 from sdnn_dask.parallel import DataParallelExecutor
-from sdnn_dask.radixnet import make_network
-from sdnn_dask.reference import infer_reference
+from sdnn_dask.parallel.allocator import tune_allocator
 from sdnn_dask.testing import assert_same_result
 
 
@@ -97,8 +97,8 @@ class MemorySampler:
 def _headline_store(folder: Path, n: int, layers: int) -> tuple[Path, str]:
     """The generated ``n``-``layers`` network's store in ``folder`` (written while
     generated, unless a whole one is there), and what was done, in words."""
-    from sdnn_dask import store
-    from sdnn_dask.radixnet import iter_layers
+    from sdnn_dask.data import store
+    from sdnn_dask.data.radixnet import iter_layers
 
     path = folder / f"radixnet-{n}-{layers}"
     name = f"radixnet-{n}-{layers}-s0"
@@ -135,8 +135,8 @@ def _warm(held) -> str:
 def headline(folder: Path, sizes: list[int], layers: int, rows: int, check: int,
              keep: bool) -> int:
     """Generated N-1920 networks streamed from stores, on a row subset; checked."""
+    from sdnn_dask.data.streaming import StreamedNetwork
     from sdnn_dask.parallel.serial import run_serial
-    from sdnn_dask.streaming import StreamedNetwork
 
     folder.mkdir(parents=True, exist_ok=True)
     tune_allocator()

@@ -32,10 +32,10 @@ import time
 import numpy as np
 from distributed import Client, LocalCluster
 
-from sdnn_dask.allocator import tune_allocator
-from sdnn_dask.images import make_inputs
+from sdnn_dask.data.images import make_inputs
+from sdnn_dask.data.radixnet import make_network
+from sdnn_dask.parallel.allocator import tune_allocator
 from sdnn_dask.partition import make_neuron_partition
-from sdnn_dask.radixnet import make_network
 from sdnn_dask.training import SGD, init_model, train_step
 from sdnn_dask.training.compiled import Workspace
 from sdnn_dask.training.data_parallel import DataParallelTrainer

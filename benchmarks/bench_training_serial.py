@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import numpy as np
 
-    from sdnn_dask.radixnet import make_network
+    from sdnn_dask.data.radixnet import make_network
     from sdnn_dask.training import SGD, compiled, init_model, reference
 
     def median_seconds(fn, repeat: int) -> float:

@@ -3,7 +3,7 @@
 For generated RadiX-Net networks and inputs (``--seeds``, ``--layers``, ``--rows``), runs
 every strategy (the scipy reference, the kernel, data parallelism, model parallelism and
 the hybrid on a LocalCluster) and checks each against the float64 reference with float32
-rounding bounds (:mod:`sdnn_dask.check`); then injects wrong answers into the kernel's
+rounding bounds (:mod:`sdnn_dask.core.check`); then injects wrong answers into the kernel's
 output (one value off by 1e-3 relative, a surviving row dropped, a dead row revived) and
 checks that each FAILs. For contrast it also counts what the old check (two float32
 results, one tolerance) called a FAIL. Run::
@@ -20,11 +20,11 @@ import time
 
 import numpy as np
 
-from sdnn_dask.check import bounded_reference, check_result
 from sdnn_dask.cluster import local_client
+from sdnn_dask.core.check import bounded_reference, check_result
+from sdnn_dask.core.result import compare_outputs
+from sdnn_dask.data.radixnet import make_inputs, make_network
 from sdnn_dask.parallel import DataParallelExecutor, ModelParallelExecutor, run_serial
-from sdnn_dask.radixnet import make_inputs, make_network
-from sdnn_dask.result import compare_outputs
 
 
 def _wrong_answers(output, reference, rng):

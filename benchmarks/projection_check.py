@@ -42,11 +42,11 @@ import dask
 import numpy as np
 import pandas as pd
 
-from sdnn_dask.images import make_inputs
-from sdnn_dask.network import Network
+from sdnn_dask.core.network import Network
+from sdnn_dask.data.images import make_inputs
+from sdnn_dask.data.radixnet import make_network
 from sdnn_dask.parallel import DataParallelExecutor, ModelParallelExecutor, run_serial
 from sdnn_dask.projection import CostModel, Survival, project_published
-from sdnn_dask.radixnet import make_network
 from sdnn_dask.records import layer_records, records_frame, run_records
 
 #: (N, L, rows) calibrated on.

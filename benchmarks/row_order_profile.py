@@ -14,9 +14,9 @@ import argparse
 
 import numpy as np
 
-from sdnn_dask.images import make_inputs
-from sdnn_dask.kernels import forward_block
-from sdnn_dask.radixnet import make_network
+from sdnn_dask.core.kernels import forward_block
+from sdnn_dask.data.images import make_inputs
+from sdnn_dask.data.radixnet import make_network
 from sdnn_dask.registry import ORDERS
 
 ROWS = 60000

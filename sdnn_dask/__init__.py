@@ -16,8 +16,12 @@ Examples
 """
 
 from . import config  # noqa: F401  (registers the sdnn.* defaults in dask.config)
-from .images import make_inputs
-from .io import (
+from .core.kernels import forward_block
+from .core.network import Network
+from .core.reference import check_categories, infer_reference
+from .core.result import RunResult, compare_outputs
+from .data.images import make_inputs
+from .data.io import (
     ChallengeFormatError,
     read_categories,
     read_inputs,
@@ -26,14 +30,9 @@ from .io import (
     write_inputs,
     write_weights,
 )
-from .kernels import forward_block
-from .network import Network
-from .radixnet import make_network
-from .reference import check_categories, infer_reference
-from .result import RunResult, compare_outputs
+from .data.radixnet import make_network
 from .study import Problem, ProblemSpec, Records, RunSpec, Study, compare, load_problem
-
-__version__ = "0.1.0"
+from .version import __version__ as __version__
 
 __all__ = [
     "ChallengeFormatError",

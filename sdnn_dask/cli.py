@@ -1,7 +1,7 @@
 """The ``sdnn-dask`` command line (also ``python -m sdnn_dask``).
 
 Subcommands: ``generate`` (network and inputs in challenge format), ``convert``
-(challenge layer files into a network store, :mod:`sdnn_dask.store`), ``infer`` (one
+(challenge layer files into a network store, :mod:`sdnn_dask.data.store`), ``infer`` (one
 strategy), ``compare`` (the main job: serial against data, model and hybrid parallelism,
 verified, recorded, reported), ``train`` (training under every strategy against the
 serial run: timed steps and the bytes crossover, or the digits epoch by epoch), ``study``
@@ -9,8 +9,8 @@ serial run: timed steps and the bytes crossover, or the digits epoch by epoch), 
 (neuron partitions and their communication), ``report`` (the report from the records),
 ``notebook`` (execute a notebook) and ``cluster`` (preview a SLURM job script, show a
 cluster profile). The commands only parse and check arguments: the work is done by
-:mod:`sdnn_dask.study` (problems, run specs, ``compare``, studies), :mod:`sdnn_dask.outputs`
-and :mod:`sdnn_dask.report`, on the cluster ``--cluster`` says (:mod:`sdnn_dask.cluster`).
+:mod:`sdnn_dask.study` (problems, run specs, ``compare``, studies), :mod:`sdnn_dask.report.outputs`
+and :mod:`sdnn_dask.report.tables`, on the cluster ``--cluster`` says (:mod:`sdnn_dask.cluster`).
 """
 
 from __future__ import annotations
@@ -29,12 +29,16 @@ from typing import TYPE_CHECKING
 
 import dask
 
-from . import config, io, outputs, records, report, study
-from ._files import atomic_path, write_text_atomic
-from .allocator import tune_allocator
-from .network import Network
-from .reference import check_categories
+from . import config, records, study
+from .core.network import Network
+from .core.reference import check_categories
+from .data import io
+from .files import atomic_path, write_text_atomic
+from .formatting import to_text
+from .parallel.allocator import tune_allocator
 from .registry import NEURON_PARTITIONS, ORDERS, ROW_PARTITIONS, STRATEGIES, TRANSPORTS
+from .report import outputs
+from .report import tables as report
 from .study import Problem, ProblemSpec, RunSpec, StudyError
 
 if TYPE_CHECKING:
@@ -303,8 +307,8 @@ def load_problem(args: argparse.Namespace, progress: Progress) -> Problem:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from .kernels import forward_block
-    from .radixnet import make_inputs, make_network
+    from .core.kernels import forward_block
+    from .data.radixnet import make_inputs, make_network
 
     progress = Progress(args.quiet)
     out: Path = args.out
@@ -325,7 +329,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     io.write_inputs(out / f"sparse-images-{n}{suffix}", inputs)
     store_folder = None
     if args.store:
-        from . import store
+        from .data import store
 
         store_folder = store.write_network(
             out / store_name(n, layers), network, overwrite=True,
@@ -348,7 +352,7 @@ def store_name(n_neurons: int, n_layers: int) -> str:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from . import store
+    from .data import store
 
     progress = Progress(args.quiet)
     data: Path = args.challenge_dir
@@ -643,7 +647,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                                  k=args.parts, row_groups=args.row_groups, seed=args.seed,
                                  lr=args.lr, momentum=args.momentum, progress=progress.say)
     print()
-    print(report.to_text(summarise(steps)))
+    print(to_text(summarise(steps)))
     cross = crossover(steps)
     print()
     print("\n".join(crossover_sentences(cross, steps)))
@@ -667,7 +671,7 @@ def _write_training(folder: Path, steps, progress: Progress) -> list[Path]:
     """``training.csv``, ``training.png`` (with the report extra) and ``training.md`` in
     ``folder``, each replaced atomically; a ``training.png`` left from an earlier run is
     removed when no figure is made, so the report never shows another run's."""
-    from . import figures
+    from .report import figures
     from .training.compare import training_markdown
 
     csv = folder / "training.csv"
@@ -718,7 +722,7 @@ def _train_digits(args: argparse.Namespace, partitions: list[str]) -> int:
     for column in ("train_accuracy", "test_accuracy"):
         shown[column] = shown[column].map(lambda v: f"{v:.3f}")
     print()
-    print(report.to_text(shown, ["strategy", "partition", "workers", "epoch", "loss",
+    print(to_text(shown, ["strategy", "partition", "workers", "epoch", "loss",
                                  "serial_loss", "train_accuracy", "test_accuracy", "seconds",
                                  "mb_moved", "check"]))
     print(f"\nheld-out accuracy after {args.epochs} epochs:")
@@ -770,7 +774,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         except StudyError as error:
             raise UsageError(str(error)) from error
     print()
-    print(report.to_text(found.comparison(), COMPARE_COLUMNS))
+    print(to_text(found.comparison(), COMPARE_COLUMNS))
     if not args.no_write:
         written: list[Path] = []
         code = _all_or_nothing("the results", args.results, lambda: written.extend(
@@ -814,7 +818,7 @@ def cmd_partition(args: argparse.Namespace) -> int:
     volume = part.volume(network)
     table = volume.assign(imbalance=part.imbalance(network))
     if args.per_layer:
-        print(report.to_text(table))
+        print(to_text(table))
         print()
     how = (f"read from the cache (computed in {part.seconds:.2f} s when made)" if cached
            else f"computed in {part.seconds:.2f} s")
@@ -861,7 +865,7 @@ def cmd_study(args: argparse.Namespace) -> int:
                              bar=not args.quiet)
         except StudyError as error:
             raise UsageError(str(error)) from error
-    print(report.to_text(found.comparison(), ["network", "inputs", *COMPARE_COLUMNS]))
+    print(to_text(found.comparison(), ["network", "inputs", *COMPARE_COLUMNS]))
     print(f"\nrecords and report in {results}/ (report.html, summary.md, records.csv)")
     if len(found.failed):
         print(f"\n{len(found.failed)} run(s) FAILED the check", file=sys.stderr)

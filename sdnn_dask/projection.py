@@ -6,7 +6,7 @@ non-negative least squares on the per-layer, per-block and per-run records
 calibrated on what, the held-out errors and the published-network projection are in
 ``docs/projection.md``; in short (all times in seconds):
 
-**One layer of the serial kernel** on one block (:func:`~sdnn_dask.kernels.forward_block`,
+**One layer of the serial kernel** on one block (:func:`~sdnn_dask.core.kernels.forward_block`,
 which runs rows in chunks of ``c = max(chunk_min_rows, chunk_bytes // (4 N))`` rows and
 picks, per chunk, a dense tile or sparse rows by the chunk's density)::
 
@@ -21,7 +21,7 @@ chunks (``d * Z`` is the number of edges actually processed), ``R_to_*`` rows wh
 changed form. A block adds ``b_0 + b_row * rows + b_pack * N * R_repacked`` and the
 ``to_sparse`` terms of its last tiles.
 
-**One layer of a model-parallel part** (:func:`~sdnn_dask.slabs.part_layer_step`) is
+**One layer of a model-parallel part** (:func:`~sdnn_dask.parallel.slabs.part_layer_step`) is
 priced with the same arithmetic coefficients on its share (``n_out = N / k`` outputs,
 ``n_in = n_out + f_l (N - n_out)`` inputs read, ``f_l`` the share of the other parts'
 columns read in layer ``l``), plus ``p_entry * 2 n_out * rows`` (dense: copying the own
@@ -70,9 +70,9 @@ import pandas as pd
 import scipy.sparse as sp
 from scipy.optimize import nnls
 
-from .images import CHALLENGE_DENSITY
-from .kernels import _ROW_TILE, _SETUP_ROWS, KernelSettings, forward_block
-from .network import Network, as_csr32
+from .core.kernels import ROW_TILE, SETUP_ROWS, KernelSettings, forward_block
+from .core.network import Network, as_csr32
+from .data.images import CHALLENGE_DENSITY
 from .partition import make_row_partition
 
 __all__ = [
@@ -283,7 +283,7 @@ class Survival:
         ``nnz_out`` summed and the most rows any part saw). The inputs' nonzeros are not
         in the records: level 0 is the live input rows times ``N`` times
         ``input_density`` (default: the official files' density for N, which
-        :func:`~sdnn_dask.images.make_inputs` reproduces).
+        :func:`~sdnn_dask.data.images.make_inputs` reproduces).
         """
         run = runs[runs["run_id"] == run_id]
         if run.empty:
@@ -409,7 +409,7 @@ class _Chunk:
 def _kernel_schedule(counts: np.ndarray, levels: np.ndarray, n: int,
                      settings: KernelSettings, weights: float
                      ) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Replay :func:`~sdnn_dask.kernels.forward_block`'s chunk schedule on per-row counts
+    """Replay :func:`~sdnn_dask.core.kernels.forward_block`'s chunk schedule on per-row counts
     (``counts[levels[k]]`` are level ``k``'s).
 
     Returns the per-layer regressors (``layers x`` :data:`KERNEL_TERMS`, in their
@@ -433,13 +433,13 @@ def _kernel_schedule(counts: np.ndarray, levels: np.ndarray, n: int,
         if not rows:
             return
         nnz = float(counts[levels[k], chunk.live].sum())
-        dense = nnz >= thr * (1.0 + _SETUP_ROWS / rows) * n * rows
+        dense = nnz >= thr * (1.0 + SETUP_ROWS / rows) * n * rows
         w = work[k]
         if dense:
             if not chunk.dense:
                 w[6] += n * rows
             w[0] += w_layer * rows
-            w[1] += w_layer * -(-rows // _ROW_TILE)
+            w[1] += w_layer * -(-rows // ROW_TILE)
             w[2] += 1
             modes[k].add("dense")
         else:
@@ -564,7 +564,7 @@ def _kernel_estimate(live: np.ndarray, nnz: np.ndarray, n: int, settings: Kernel
         if modes is not None:
             mode = modes[k]
         else:
-            mode = ("dense" if nnz[k] >= thr * (1.0 + _SETUP_ROWS / per_chunk) * n * rows
+            mode = ("dense" if nnz[k] >= thr * (1.0 + SETUP_ROWS / per_chunk) * n * rows
                     else "sparse")
         names.append(mode)
         if mode == "mixed" or (k and modes is not None and modes[k - 1] == "mixed"):
@@ -572,7 +572,7 @@ def _kernel_estimate(live: np.ndarray, nnz: np.ndarray, n: int, settings: Kernel
         w = work[k]
         if mode in ("dense", "mixed"):
             w[0] = w_layer * rows
-            w[1] = w_layer * chunks * math.ceil(per_chunk / _ROW_TILE)
+            w[1] = w_layer * chunks * math.ceil(per_chunk / ROW_TILE)
             w[2] = chunks
             if previous != "dense":
                 w[6] = n * rows
@@ -596,8 +596,8 @@ def _kernel_estimate(live: np.ndarray, nnz: np.ndarray, n: int, settings: Kernel
 
 def _part_chunk_rows(n_in: float, n_out: float, settings: KernelSettings) -> int:
     rows = max(1, int(settings.chunk_bytes) // (4 * int(max(n_in, n_out))))
-    if rows >= _ROW_TILE:
-        rows -= rows % _ROW_TILE
+    if rows >= ROW_TILE:
+        rows -= rows % ROW_TILE
     return rows
 
 
@@ -612,13 +612,13 @@ def _part_work(rows: float, nnz_read: float, nnz_out: float, n_in: float, n_out:
         p_work[2] = 1.0
         return k_work, p_work, "none"
     if mode is None:
-        dense = nnz_read >= settings.dense_threshold * (1.0 + _SETUP_ROWS / rows) * n_in * rows
+        dense = nnz_read >= settings.dense_threshold * (1.0 + SETUP_ROWS / rows) * n_in * rows
         mode = "dense" if dense else "sparse"
     w_part = weights * n_in  # nonzeros of W[needed, own]
     if mode == "dense":
         cr = _part_chunk_rows(n_in, n_out, settings)
         full, rest = divmod(rows, cr)
-        tiles = full * math.ceil(cr / _ROW_TILE) + (math.ceil(rest / _ROW_TILE) if rest else 0)
+        tiles = full * math.ceil(cr / ROW_TILE) + (math.ceil(rest / ROW_TILE) if rest else 0)
         k_work[0] = w_part * rows
         k_work[1] = w_part * tiles
         p_work[0] = 2.0 * n_out * rows  # the own columns: copied row-aligned; the output
@@ -901,7 +901,7 @@ class CostModel:
             ``mixed`` layers (and the layer after each) are left out.
         input_density
             Fraction of nonzero input entries, for level 0 (not in the records); a number
-            or one per N; default the official files' (:data:`~sdnn_dask.images.
+            or one per N; default the official files' (:data:`~sdnn_dask.data.images.
             CHALLENGE_DENSITY`, which ``make_inputs`` reproduces).
         settings
             The kernel settings of runs whose records have no ``dense_threshold`` /
@@ -1542,7 +1542,7 @@ def project_published(model: CostModel, survival: Survival | None = None, *,
     p = PUBLISHED
     n, n_layers, rows = p["neurons"], p["layers"], p["inputs"]
     cr = model.settings.chunk_rows(n)
-    dense_above = model.settings.dense_threshold * (1 + _SETUP_ROWS / cr)
+    dense_above = model.settings.dense_threshold * (1 + SETUP_ROWS / cr)
     assumptions = [
         f"data parallelism over {workers} single-threaded workers (32 nodes x 28 cores), "
         f"one {row_partition} of rows each, every worker holding all 1920 layers (48 GB "
@@ -1608,7 +1608,7 @@ def _carry_over(base: Survival, neurons: int) -> Survival:
 
 # --------------------------------------------------------------------------- the report
 
-#: Generated networks are named ``radixnet-{N}-{L}-s{seed}`` (:func:`sdnn_dask.radixnet.
+#: Generated networks are named ``radixnet-{N}-{L}-s{seed}`` (:func:`sdnn_dask.data.radixnet.
 #: make_network`): enough, with the rows, to make their inputs again.
 _GENERATED = re.compile(r"^radixnet-(\d+)-(\d+)-s(\d+)$")
 
@@ -1622,9 +1622,8 @@ def generated_profiles(runs: pd.DataFrame) -> dict[tuple[int, int, int], Surviva
     Problems read from challenge files are left out (their profile is then estimated from
     their own layer records).
     """
-    from .images import make_inputs
-    from .radixnet import make_network
-    from .study import generated_source
+    from .data.images import generated_source, make_inputs
+    from .data.radixnet import make_network
 
     profiles: dict[tuple[int, int, int], Survival] = {}
     first = runs.drop_duplicates(["network", "inputs"])

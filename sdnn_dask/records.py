@@ -60,7 +60,7 @@ weights             data parallelism: ``resident`` (every worker holds the weigh
                     ``streamed`` (every worker read them from a network store layer by
                     layer, all its rows through a layer before the next); else empty
 check               ``PASS``/``FAIL``: every activation within float32 rounding of the
-                    bounded float64 reference (:mod:`sdnn_dask.check`) and, with
+                    bounded float64 reference (:mod:`sdnn_dask.core.check`) and, with
                     ``check_against=truth``, the categories equal to the truth
 check_against       ``truth`` | ``reference``
 max_abs_diff        largest difference of any activation from the float64 reference
@@ -98,10 +98,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ._files import atomic_path
-from .kernels import KernelSettings
+from .core.kernels import KernelSettings
+from .core.result import RunResult
+from .files import atomic_path
 from .partition import imbalance
-from .result import RunResult
 
 _TEXT, _INT, _FLOAT = "string", "Int64", "float64"
 

@@ -19,7 +19,7 @@ NEURON_PARTITIONS = ("block", "hash", "random", "hypergraph")
 TRANSPORTS = ("direct", "graph")
 #: How data parallelism gives blocks to workers: pinned, or as workers free up.
 PLACEMENTS = ("static", "dynamic")
-#: Row orders of generated inputs (:func:`sdnn_dask.images.make_inputs`), the default first.
+#: Row orders of generated inputs (:func:`sdnn_dask.data.images.make_inputs`), the default first.
 ORDERS = ("official-like", "iid")
 
 

@@ -38,11 +38,15 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from . import config, io, records, store
-from .check import BoundedReference, bounded_reference, check_result
-from .kernels import KernelSettings
-from .network import Network
-from .reference import check_categories
+from . import config, records
+from .core.check import BoundedReference, bounded_reference, check_result
+from .core.kernels import KernelSettings
+from .core.network import Network
+from .core.reference import check_categories
+from .core.result import RunResult
+from .data import io, store
+from .data.images import generated_source
+from .data.streaming import StreamedNetwork, resident_bytes
 from .registry import (
     NEURON_PARTITIONS,
     ORDERS,
@@ -53,8 +57,6 @@ from .registry import (
     TRANSPORTS,
     partitions_of,
 )
-from .result import RunResult
-from .streaming import StreamedNetwork, resident_bytes
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -96,7 +98,7 @@ class ProblemSpec:
     tile
         Repeat the inputs this many times (e.g. the official 1200 rows x 50).
     order
-        Row order of generated inputs (:func:`sdnn_dask.images.make_inputs`):
+        Row order of generated inputs (:func:`sdnn_dask.data.images.make_inputs`):
         ``official-like`` (the default: survivors cluster along the rows as in the
         official inputs) or ``iid`` (every row drawn independently).
     """
@@ -179,12 +181,6 @@ class Problem:
         return self._reference
 
 
-def generated_source(order: str | None = None) -> str:
-    """The records' ``source`` of generated inputs in row ``order`` (default: the
-    generator's, ``official-like``)."""
-    return f"generated, {order or 'official-like'} order"
-
-
 def available_layers(data: str | os.PathLike, neurons: int) -> int:
     """How many consecutive layer files ``1, 2, ...`` of ``neurons`` ``data`` holds."""
     count = 0
@@ -210,7 +206,7 @@ def load_network(spec: ProblemSpec, *, cache: bool = True,
     StudyError
         A ``data`` folder that is missing or holds no layer of that ``N``.
     """
-    from .radixnet import make_network
+    from .data.radixnet import make_network
 
     n, layers = spec.neurons, spec.layers
     if spec.data is None:
@@ -259,7 +255,7 @@ def store_weights(held: store.NetworkStore, n_layers: int | None = None) -> str:
     """``"resident"`` or ``"streamed"``: how a run here holds a store's weights.
 
     ``sdnn.data-parallel.weights`` if it is not ``auto``; with ``auto``, streamed when the
-    weights and their transpose (:func:`~sdnn_dask.streaming.resident_bytes`) exceed
+    weights and their transpose (:func:`~sdnn_dask.data.streaming.resident_bytes`) exceed
     ``sdnn.data-parallel.resident-fraction`` of this machine's memory.
     """
     from .parallel.data import choose_weights
@@ -288,7 +284,7 @@ def load_problem(spec: ProblemSpec | None = None, *, cache: bool = True,
     spec
         The problem; or give its fields as keywords (``neurons=1024, layers=24, ...``).
     cache
-        Keep a binary cache of parsed challenge files (:func:`sdnn_dask.io.read_network`).
+        Keep a binary cache of parsed challenge files (:func:`sdnn_dask.data.io.read_network`).
     progress
         Called with a message for each step (e.g. ``print``).
     layer_progress
@@ -306,10 +302,10 @@ def load_problem(spec: ProblemSpec | None = None, *, cache: bool = True,
     StudyError
         A ``data`` folder that is missing or holds no layer of that ``N``, a missing
         inputs or truth file.
-    FileNotFoundError, sdnn_dask.io.ChallengeFormatError
+    FileNotFoundError, sdnn_dask.data.io.ChallengeFormatError
         From reading the files.
     """
-    from .images import make_inputs
+    from .data.images import make_inputs
 
     spec = spec or ProblemSpec(**fields)
     network, spec = load_network(spec, cache=cache, progress=progress,
@@ -582,7 +578,7 @@ def verify(result: RunResult, reference: BoundedReference, truth: np.ndarray | N
     """``(check, check_against, max_abs_diff)`` of a run.
 
     PASS iff the result is within float32 rounding of the float64 reference on every row
-    where that is decidable (:mod:`sdnn_dask.check`) and, with a truth, its categories are
+    where that is decidable (:mod:`sdnn_dask.core.check`) and, with a truth, its categories are
     the truth.
     """
     verdict = check_result(result.output, reference)
@@ -609,8 +605,9 @@ class Records:
         return per_run[per_run["check"] != "PASS"]
 
     def comparison(self) -> pd.DataFrame:
-        """Median over repeats of each configuration (:func:`sdnn_dask.report.comparison`)."""
-        from .report import comparison
+        """Median over repeats of each configuration
+        (:func:`sdnn_dask.report.tables.comparison`)."""
+        from .report.tables import comparison
 
         return comparison(self.runs)
 
@@ -1078,7 +1075,7 @@ class Study:
                              records.read_records(results, "layers"))
         if report:
             records.export_csv(results)
-            from .outputs import write_report_files
+            from .report.outputs import write_report_files
 
             write_report_files(results, everything.runs, everything.layers,
                                say=progress or (lambda message: None))

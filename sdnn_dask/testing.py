@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from .reference import Inference
-from .result import RunResult, compare_outputs
+from .core.reference import Inference
+from .core.result import RunResult, compare_outputs
 
 
 def assert_same_result(

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from sdnn_dask import io
+from sdnn_dask.data import io
 
 REPO = Path(__file__).resolve().parents[1]
 

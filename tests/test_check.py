@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from sdnn_dask.check import bounded_reference, check_result
-from sdnn_dask.kernels import forward_block
-from sdnn_dask.network import Network
+from sdnn_dask.core.check import bounded_reference, check_result
+from sdnn_dask.core.kernels import forward_block
+from sdnn_dask.core.network import Network
+from sdnn_dask.core.reference import infer_reference
+from sdnn_dask.core.result import compare_outputs
+from sdnn_dask.data.radixnet import make_inputs, make_network
+from sdnn_dask.parallel.slabs import forward_parts
 from sdnn_dask.partition import make_neuron_partition
-from sdnn_dask.radixnet import make_inputs, make_network
-from sdnn_dask.reference import infer_reference
-from sdnn_dask.result import compare_outputs
-from sdnn_dask.slabs import forward_parts
 
 
 def _random_network(seed: int, n: int, layers: int, bias: float | str) -> Network:

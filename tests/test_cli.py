@@ -8,9 +8,9 @@ import sys
 import pandas as pd
 import pytest
 
-from sdnn_dask import io
 from sdnn_dask.cli import main
-from sdnn_dask.reference import infer_reference
+from sdnn_dask.core.reference import infer_reference
+from sdnn_dask.data import io
 
 
 @pytest.fixture(scope="module")
@@ -257,7 +257,7 @@ def _equal_to_the_text_files(opened, folder, n_layers):
 
 
 def test_generate_store_writes_the_network_as_a_store(small_challenge, capsys):
-    from sdnn_dask import store
+    from sdnn_dask.data import store
 
     opened = store.open_store(small_challenge / "neuron1024-l3.store", verify=True)
     _equal_to_the_text_files(opened, small_challenge, 3)
@@ -272,7 +272,7 @@ def test_generate_store_writes_the_network_as_a_store(small_challenge, capsys):
 
 
 def test_convert_on_two_workers_gives_the_text_files(small_challenge, tmp_path, capsys):
-    from sdnn_dask import store
+    from sdnn_dask.data import store
 
     out = tmp_path / "net.store"
     assert main(["convert", str(small_challenge), str(out), "-N", "1024", "-L", "3",

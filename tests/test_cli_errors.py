@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sdnn_dask import html_report
 from sdnn_dask.cli import main
+from sdnn_dask.report import html as html_report
 
 #: A small compare: serial runs only, one worker (a few seconds).
 SMALL = ["compare", "-N", "1024", "-L", "4", "-n", "200", "--partitions", "none",

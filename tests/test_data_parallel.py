@@ -9,9 +9,9 @@ import sparse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sdnn_dask.data.radixnet import make_inputs, make_network
 from sdnn_dask.parallel import DataParallelExecutor, run_serial
 from sdnn_dask.partition import ROW_PARTITIONS
-from sdnn_dask.radixnet import make_inputs, make_network
 from sdnn_dask.testing import assert_categories, assert_same_result
 
 

@@ -32,15 +32,15 @@ from distributed import Future, wait
 
 from sdnn_dask.cli import main
 from sdnn_dask.cluster import local_client
+from sdnn_dask.data.radixnet import make_inputs, make_network
 from sdnn_dask.parallel import (
     DataParallelExecutor,
     ModelParallelExecutor,
     WorkerLostError,
     run_serial,
 )
-from sdnn_dask.parallel.direct import RunAborted, active_runs
 from sdnn_dask.parallel.faults import gather_pinned
-from sdnn_dask.radixnet import make_inputs, make_network
+from sdnn_dask.parallel.transport.direct import RunAborted, active_runs
 from sdnn_dask.testing import assert_same_result
 
 pytestmark = pytest.mark.timeout(240)

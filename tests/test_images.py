@@ -1,4 +1,4 @@
-"""Tests of the synthetic MNIST-like input generator (sdnn_dask.images)."""
+"""Tests of the synthetic MNIST-like input generator (sdnn_dask.data.images)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sdnn_dask.images import CHALLENGE_DENSITY, make_inputs
+from sdnn_dask.data.images import CHALLENGE_DENSITY, make_inputs
 
 
 def _check_structure(y: sp.csr_matrix, n_rows: int, n_neurons: int) -> None:

@@ -17,7 +17,7 @@ import pytest
 import scipy.sparse as sp
 from dense_reference import dense_infer, integer_inputs, integer_network
 
-from sdnn_dask.network import Network
+from sdnn_dask.core.network import Network
 from sdnn_dask.parallel import TRANSPORTS, DataParallelExecutor, ModelParallelExecutor, run_serial
 from sdnn_dask.partition import (
     ROW_PARTITIONS,
@@ -170,7 +170,7 @@ def _expected_communication(net, partition, ys, workers: int) -> dict[int, dict[
     them. At these sizes (at most 256 rows, under half the entries nonzero) a piece is one
     block of column-major runs: int64 row ids, int32 row and float32 value per nonzero,
     int64 run starts per column plus one, two int64 block bounds, and, when it serves
-    several parts, their int32 column positions (``sdnn_dask.slabs.BlockCSC``).
+    several parts, their int32 column positions (``sdnn_dask.parallel.slabs.BlockCSC``).
     """
     parts = partition.parts
     expected = {}

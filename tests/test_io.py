@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from sdnn_dask import io
-from sdnn_dask.io import ChallengeFormatError
-from sdnn_dask.radixnet import make_network
+from sdnn_dask.data import io
+from sdnn_dask.data.io import ChallengeFormatError
+from sdnn_dask.data.radixnet import make_network
 
 
 def _write(path, text: str):

@@ -67,8 +67,8 @@ import scipy.sparse as sp
 from hypothesis import HealthCheck, currently_in_test_context, event, given, settings
 from hypothesis import strategies as st
 
-from sdnn_dask import io
-from sdnn_dask.io import ChallengeFormatError
+from sdnn_dask.data import io
+from sdnn_dask.data.io import ChallengeFormatError
 
 # SDNN_FUZZ_EXAMPLES=6000 for a longer campaign (not in CI)
 SETTINGS = settings(max_examples=int(os.environ.get("SDNN_FUZZ_EXAMPLES", "500")),

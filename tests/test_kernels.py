@@ -11,10 +11,10 @@ from dense_reference import BIAS_KINDS, dense_infer, integer_inputs, integer_net
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sdnn_dask.kernels import forward_block
-from sdnn_dask.network import Network
-from sdnn_dask.radixnet import make_inputs, make_network
-from sdnn_dask.reference import infer_reference
+from sdnn_dask.core.kernels import forward_block
+from sdnn_dask.core.network import Network
+from sdnn_dask.core.reference import infer_reference
+from sdnn_dask.data.radixnet import make_inputs, make_network
 from sdnn_dask.testing import assert_same_result
 
 PATHS = {"sparse": dict(dense_threshold=2.0), "dense": dict(dense_threshold=0.0),
@@ -184,19 +184,19 @@ def test_output_rows_wider_than_the_first_buffer(path):
 def test_tile_helpers_against_numpy(shape):
     """The scatter into a transposed tile (sparse chunks joining dense ones) and the
     column compaction, on their own: every row and column, the last ones included."""
-    from sdnn_dask.kernels import _compact_columns, _csr_to_dense_t
+    from sdnn_dask.core.csr import compact_columns, csr_to_dense_t
 
     rng = np.random.default_rng(shape[0])
     y = sp.random(*shape, density=0.4, format="lil", dtype=np.float32, rng=rng)
     y[shape[0] - 1, shape[1] - 1] = 3.0  # the last row and column hold something
     y = sp.csr_matrix(y)
     out = np.full((shape[1], shape[0]), 9.0, np.float32)  # stale contents are overwritten
-    _csr_to_dense_t(y.indptr, y.indices, y.data, out)
+    csr_to_dense_t(y.indptr, y.indices, y.data, out)
     np.testing.assert_array_equal(out, y.toarray().T)
     alive = rng.random(shape[0]) < 0.5
     alive[-1] = True
     dst = np.zeros((shape[1], int(alive.sum())), np.float32)
-    _compact_columns(out, alive, dst)
+    compact_columns(out, alive, dst)
     np.testing.assert_array_equal(dst, y.toarray().T[:, alive])
 
 
@@ -213,7 +213,7 @@ def test_chunks_keep_their_rows_at_every_n():
     """The default chunk is 1 MiB of tile but at least ``chunk-min-rows`` rows (16 rows of
     N = 16384 halved the dense step's rate); a chunk size given is kept as it is."""
     from sdnn_dask import config
-    from sdnn_dask.kernels import KernelSettings
+    from sdnn_dask.core.kernels import KernelSettings
 
     minimum = config.get("kernel.chunk-min-rows")
     assert minimum == 256

@@ -1,5 +1,5 @@
 """Several blocks on one worker, their survivors merged into shared tiles
-(:func:`sdnn_dask.kernels.forward_blocks`): every block's answer and trace are its own,
+(:func:`sdnn_dask.core.kernels.forward_blocks`): every block's answer and trace are its own,
 worked out from an independent dense recurrence on that block's rows alone."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from dense_reference import BIAS_KINDS, dense_infer, integer_inputs, integer_net
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sdnn_dask import kernels
-from sdnn_dask.kernels import KernelSettings, finish_blocks, forward_blocks, start_block
-from sdnn_dask.network import Network
-from sdnn_dask.radixnet import make_inputs, make_network
+from sdnn_dask.core import kernels
+from sdnn_dask.core.kernels import KernelSettings, finish_blocks, forward_blocks, start_block
+from sdnn_dask.core.network import Network
+from sdnn_dask.data.radixnet import make_inputs, make_network
 
 PATHS = {"sparse": 2.0, "dense": 0.0, "auto": 0.05}
 

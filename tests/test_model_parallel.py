@@ -7,11 +7,17 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from sdnn_dask.network import Network
+from sdnn_dask.core.network import Network
+from sdnn_dask.data.radixnet import make_inputs, make_network
 from sdnn_dask.parallel import DataParallelExecutor, ModelParallelExecutor, run_serial
+from sdnn_dask.parallel.slabs import (
+    Slab,
+    forward_parts,
+    make_part_plans,
+    part_layer_step,
+    piece_for,
+)
 from sdnn_dask.partition import NEURON_PARTITIONS, make_neuron_partition
-from sdnn_dask.radixnet import make_inputs, make_network
-from sdnn_dask.slabs import Slab, forward_parts, make_part_plans, part_layer_step, piece_for
 from sdnn_dask.testing import assert_categories, assert_same_result
 
 WORKERS = 2  # the session's LocalCluster

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from sdnn_dask import io
-from sdnn_dask.network import Network
+from sdnn_dask.core.network import Network
+from sdnn_dask.data import io
+from sdnn_dask.data.radixnet import make_network
 from sdnn_dask.partition import (
     NEURON_PARTITIONS,
     NeuronPartition,
@@ -24,7 +25,6 @@ from sdnn_dask.partition import (
     partition_columns,
 )
 from sdnn_dask.partition import hypergraph as hypergraph_module
-from sdnn_dask.radixnet import make_network
 
 
 def _has_mtkahypar() -> bool:

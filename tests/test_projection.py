@@ -10,9 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sdnn_dask.images import make_inputs
-from sdnn_dask.kernels import KernelSettings, forward_block
-from sdnn_dask.network import Network
+from sdnn_dask.core.kernels import KernelSettings, forward_block
+from sdnn_dask.core.network import Network
+from sdnn_dask.data.images import make_inputs
+from sdnn_dask.data.radixnet import make_network
 from sdnn_dask.projection import (
     ALL_TERMS,
     BLOCK_TERMS,
@@ -26,7 +27,6 @@ from sdnn_dask.projection import (
     project_published,
     projection_table,
 )
-from sdnn_dask.radixnet import make_network
 
 DENSITY = 0.1
 SETTINGS = KernelSettings(0.05, 1 << 20)

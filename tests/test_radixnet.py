@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sdnn_dask import io
-from sdnn_dask.radixnet import make_network, radixnet_layer
+from sdnn_dask.data import io
+from sdnn_dask.data.radixnet import make_network, radixnet_layer
 
 
 def test_first_six_layers_equal_the_official_files(shared_data):
@@ -71,7 +71,7 @@ def test_iter_layers_gives_make_networks_layers_one_at_a_time():
     network larger than memory goes to a store as it is generated)."""
     import itertools
 
-    from sdnn_dask.radixnet import iter_layers
+    from sdnn_dask.data.radixnet import iter_layers
 
     net = make_network(1024, 13, seed=4)
     made = list(iter_layers(1024, 13, seed=4))

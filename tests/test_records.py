@@ -10,9 +10,9 @@ import pytest
 import scipy.sparse as sp
 
 from sdnn_dask import records, report
+from sdnn_dask.core.result import RunResult
+from sdnn_dask.data.radixnet import make_inputs, make_network
 from sdnn_dask.parallel import run_serial
-from sdnn_dask.radixnet import make_inputs, make_network
-from sdnn_dask.result import RunResult
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from sdnn_dask.network import Network
-from sdnn_dask.reference import categories, check_categories, infer_reference
+from sdnn_dask.core.network import Network
+from sdnn_dask.core.reference import categories, check_categories, infer_reference
 
 
 def test_official_rows_1_to_1200_give_the_truth(official_network, official_inputs,

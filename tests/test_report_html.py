@@ -15,8 +15,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sdnn_dask import html_report, records, report
+from sdnn_dask import records, report
 from sdnn_dask.records import RUN_DTYPES, typed
+from sdnn_dask.report import html as html_report
 
 NETWORKS = ((1024, 12), (1024, 6))
 INPUTS = 600
@@ -34,9 +35,9 @@ def study():
     ``(layers, label)``.
     """
     from sdnn_dask.cluster import local_client
-    from sdnn_dask.images import make_inputs
+    from sdnn_dask.data.images import make_inputs
+    from sdnn_dask.data.radixnet import make_network
     from sdnn_dask.parallel import DataParallelExecutor, ModelParallelExecutor, run_serial
-    from sdnn_dask.radixnet import make_network
 
     runs, layers, results = [], [], {}
 
@@ -297,7 +298,7 @@ def test_identical_communication_series_are_collapsed():
     series = report.communication_series(report.communication(runs, layers))
     assert list(dict.fromkeys(series["series"])) == ["block = hash", "random"]
     pytest.importorskip("matplotlib")
-    from sdnn_dask import figures
+    from sdnn_dask.report import figures
 
     fig = figures.communication_figure(series)
     lines = fig.axes[0].get_lines()
@@ -308,7 +309,7 @@ def test_identical_communication_series_are_collapsed():
 
 def test_rate_plot_legend_order():
     pytest.importorskip("matplotlib")
-    from sdnn_dask import figures
+    from sdnn_dask.report import figures
 
     cmp = report.comparison(_hand_made())
     fig = figures.rate_figure(cmp[cmp["network"] == "A"])
@@ -468,7 +469,7 @@ def test_report_renders_in_a_browser(study, tmp_path):
 
 def test_imbalance_against_blocks_needs_two_block_counts():
     pytest.importorskip("matplotlib")
-    from sdnn_dask import figures
+    from sdnn_dask.report import figures
 
     def row(partition, placement, blocks, work, compute, seconds, slowest):
         return {"strategy": "data", "partition": partition, "placement": placement,

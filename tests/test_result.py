@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
-from sdnn_dask.result import RunResult, compare_outputs
+from sdnn_dask.core.result import RunResult, compare_outputs
 
 
 def _run(**overrides) -> RunResult:

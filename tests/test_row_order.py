@@ -13,9 +13,9 @@ import hashlib
 import numpy as np
 import pytest
 
-from sdnn_dask.images import _writer_factors, make_inputs
-from sdnn_dask.kernels import forward_block
-from sdnn_dask.radixnet import make_network
+from sdnn_dask.core.kernels import forward_block
+from sdnn_dask.data.images import _writer_factors, make_inputs
+from sdnn_dask.data.radixnet import make_network
 
 N_ROWS = 60000
 OFFICIAL_PROFILE = np.array([1.128, 1.404, 1.784, 3.815])  # blocks 2, 8, 32, 128

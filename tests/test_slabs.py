@@ -1,5 +1,5 @@
 """Model parallelism's per-part data and step, without Dask: every conversion and fill
-helper of :mod:`sdnn_dask.slabs` against plain numpy (dense arrays), and the part step
+helper of :mod:`sdnn_dask.parallel.slabs` against plain numpy (dense arrays), and the part step
 against the serial kernel, bit for bit."""
 
 from __future__ import annotations
@@ -14,12 +14,11 @@ from dense_reference import BIAS_KINDS, dense_infer, integer_inputs, integer_net
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sdnn_dask import slabs as S
-from sdnn_dask.kernels import forward_block
-from sdnn_dask.network import Network
-from sdnn_dask.partition import NeuronPartition, make_neuron_partition
-from sdnn_dask.radixnet import make_inputs, make_network
-from sdnn_dask.slabs import (
+from sdnn_dask.core.kernels import forward_block
+from sdnn_dask.core.network import Network
+from sdnn_dask.data.radixnet import make_inputs, make_network
+from sdnn_dask.parallel import slabs as S
+from sdnn_dask.parallel.slabs import (
     BlockCSC,
     Slab,
     assemble,
@@ -29,6 +28,7 @@ from sdnn_dask.slabs import (
     piece_for,
     take_columns,
 )
+from sdnn_dask.partition import NeuronPartition, make_neuron_partition
 
 
 def random_dense(rng, rows, columns, density, empty_rows=()):

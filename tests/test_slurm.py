@@ -22,10 +22,10 @@ import pytest
 from distributed import Security
 
 from sdnn_dask.cluster import ClusterError, cluster_client, connect
-from sdnn_dask.images import make_inputs
+from sdnn_dask.data.images import make_inputs
+from sdnn_dask.data.radixnet import make_network
 from sdnn_dask.parallel import DataParallelExecutor, ModelParallelExecutor
 from sdnn_dask.parallel.serial import run_serial
-from sdnn_dask.radixnet import make_network
 from sdnn_dask.testing import assert_same_result
 
 REPO = Path(__file__).resolve().parents[1]
@@ -215,7 +215,7 @@ def test_study_runs_its_notebook_on_slurm_workers(tmp_path):
         "import os\n"
         "from sdnn_dask.cluster import cluster_client\n"
         "from sdnn_dask.parallel import DataParallelExecutor, run_serial\n"
-        "from sdnn_dask.radixnet import make_inputs, make_network\n"
+        "from sdnn_dask.data.radixnet import make_inputs, make_network\n"
         "from sdnn_dask.testing import assert_same_result\n"
         "net, x = make_network(1024, 6), make_inputs(300, 1024)\n"
         "with cluster_client() as client:\n"

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from sdnn_dask import io, store
-from sdnn_dask.io import ChallengeFormatError
-from sdnn_dask.kernels import forward_block
-from sdnn_dask.network import Network
-from sdnn_dask.radixnet import make_inputs, make_network
-from sdnn_dask.reference import categories, infer_reference, layer_reference
+from sdnn_dask.core.kernels import forward_block
+from sdnn_dask.core.network import Network
+from sdnn_dask.core.reference import categories, infer_reference, layer_reference
+from sdnn_dask.data import io, store
+from sdnn_dask.data.io import ChallengeFormatError
+from sdnn_dask.data.radixnet import make_inputs, make_network
 
 N, L = 1024, 4
 

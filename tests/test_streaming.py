@@ -11,22 +11,22 @@ import pytest
 import scipy.sparse as sp
 from dense_reference import dense_infer, integer_inputs, integer_network
 
-from sdnn_dask import store
-from sdnn_dask.kernels import (
+from sdnn_dask.core.csr import transpose
+from sdnn_dask.core.kernels import (
     KernelSettings,
     _InOrder,
     forward_block,
     start_block,
     stream_blocks,
-    transpose,
 )
-from sdnn_dask.network import Network, as_csr32
+from sdnn_dask.core.network import Network, as_csr32
+from sdnn_dask.core.reference import infer_reference
+from sdnn_dask.data import store
+from sdnn_dask.data.radixnet import make_inputs, make_network
+from sdnn_dask.data.store import NetworkStore
+from sdnn_dask.data.streaming import StreamedNetwork, resident_bytes
 from sdnn_dask.parallel.data import DataParallelExecutor, choose_weights
 from sdnn_dask.parallel.serial import run_serial
-from sdnn_dask.radixnet import make_inputs, make_network
-from sdnn_dask.reference import infer_reference
-from sdnn_dask.store import NetworkStore
-from sdnn_dask.streaming import StreamedNetwork, resident_bytes
 from sdnn_dask.testing import assert_same_result
 
 N, L = 1024, 12
@@ -74,9 +74,9 @@ def test_transpose_is_scipys_exactly(shape, density):
 
 @pytest.mark.parametrize("n, rows", [(1024, 40), (4096, 7), (1024, 300)])
 def test_dense_step_w_four_at_a_time_is_one_at_a_time_bit_for_bit(n, rows):
-    from sdnn_dask.kernels import _ROW_TILE, dense_step, dense_step_w, input_order
-    from sdnn_dask.network import pattern_order
-    from sdnn_dask.radixnet import radixnet_layer
+    from sdnn_dask.core.kernels import ROW_TILE, dense_step, dense_step_w, input_order
+    from sdnn_dask.core.network import pattern_order
+    from sdnn_dask.data.radixnet import radixnet_layer
 
     rng = np.random.default_rng(n + rows)
     w = as_csr32(radixnet_layer(n, 2, rng.permutation(n)))
@@ -88,15 +88,15 @@ def test_dense_step_w_four_at_a_time_is_one_at_a_time_bit_for_bit(n, rows):
     yt[rng.random(n) < 0.2] = 0.0
     bias, ymax = np.full(n, -0.1, np.float32), np.float32(32)
     one, four, gather = (np.empty((n, rows), np.float32) for _ in range(3))
-    a = dense_step_w(yt, w.indptr, w.indices, w.data, bias, ymax, one, _ROW_TILE,
+    a = dense_step_w(yt, w.indptr, w.indices, w.data, bias, ymax, one, ROW_TILE,
                      walk.order, np.zeros(n, np.bool_))
-    b = dense_step_w(yt, w.indptr, w.indices, w.data, bias, ymax, four, _ROW_TILE,
+    b = dense_step_w(yt, w.indptr, w.indices, w.data, bias, ymax, four, ROW_TILE,
                      walk.order, walk.fours)
     np.testing.assert_array_equal(one, four)
     np.testing.assert_array_equal(a[0], b[0])
     assert a[1] == b[1]
     wt = transpose(w)
-    dense_step(yt, wt.indptr, wt.indices, wt.data, bias, ymax, gather, _ROW_TILE,
+    dense_step(yt, wt.indptr, wt.indices, wt.data, bias, ymax, gather, ROW_TILE,
                pattern_order(wt))
     np.testing.assert_allclose(four, gather, rtol=1e-5, atol=1e-5)
 
@@ -284,9 +284,9 @@ def test_data_parallel_streams_some_layers(client, held, net, inputs):
 
 @pytest.mark.parametrize("strategy", ["data", "kernel"])
 def test_infer_streams_a_store_from_the_command_line(held, net, tmp_path, capsys, strategy):
-    from sdnn_dask import io
     from sdnn_dask.cli import main
-    from sdnn_dask.reference import categories
+    from sdnn_dask.core.reference import categories
+    from sdnn_dask.data import io
 
     out = tmp_path / "categories.tsv"
     code = main(["infer", "--data", str(held.folder), "-L", "12", "-n", "600", "--seed", "5",
@@ -328,7 +328,7 @@ def test_auto_keeps_a_small_store_in_memory(held, capsys):
 def test_streamed_kernel_at_every_size(tmp_path, n):
     # the streamed dense step (W, not W^T) at the challenge's sizes, on a few rows, forced
     # dense and left to choose, against the scipy reference
-    from sdnn_dask.radixnet import iter_layers
+    from sdnn_dask.data.radixnet import iter_layers
 
     written = store.write_store(tmp_path / "net", iter_layers(n, 3, seed=1), n_neurons=n,
                                 n_layers=3)

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from sdnn_dask import records, study
-from sdnn_dask.reference import infer_reference
+from sdnn_dask.core.reference import infer_reference
 from sdnn_dask.study import ProblemSpec, RunSpec, Study, StudyError
 
 # --------------------------------------------------------------------------- run specs
@@ -143,9 +143,9 @@ def test_the_shipped_studies_are_valid():
 
 
 def test_load_problem_takes_the_layers_a_folder_holds(tmp_path):
-    from sdnn_dask import io
-    from sdnn_dask.images import make_inputs
-    from sdnn_dask.radixnet import make_network
+    from sdnn_dask.data import io
+    from sdnn_dask.data.images import make_inputs
+    from sdnn_dask.data.radixnet import make_network
 
     net = make_network(1024, 3)
     io.write_weights(tmp_path, net.layers)
@@ -398,7 +398,7 @@ def test_a_study_on_the_official_files_checks_against_the_truth(client, tmp_path
     assert set(runs["check"]) == {"PASS"} and set(runs["check_against"]) == {"truth"}
     assert set(runs["inputs"]) == {600} and set(runs["source"]) == {str(shared_data)}
     problem = study.load_problem(grid.problems[0])
-    from sdnn_dask import io
+    from sdnn_dask.data import io
 
     truth = io.read_categories(shared_data / "neuron1024-l120-categories.tsv.gz")
     first = truth[truth < 300]
@@ -408,7 +408,7 @@ def test_a_study_on_the_official_files_checks_against_the_truth(client, tmp_path
 def test_a_problem_with_official_like_row_order():
     problem = study.load_problem(neurons=1024, layers=2, inputs=500, seed=3,
                                  order="official-like")
-    from sdnn_dask.images import make_inputs
+    from sdnn_dask.data.images import make_inputs
 
     assert (problem.inputs != make_inputs(500, 1024, seed=3, order="official-like")).nnz == 0
     assert "official-like row order" in problem.source

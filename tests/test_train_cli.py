@@ -77,7 +77,7 @@ def test_no_write_writes_nothing(tmp_path, capsys):
 def test_the_report_without_matplotlib(tmp_path, monkeypatch):
     """No figure: training.md says which extra to install, and an earlier training.png is
     removed rather than shown beside another run's tables."""
-    import sdnn_dask.figures as figures
+    import sdnn_dask.report.figures as figures
 
     def missing():
         raise ImportError(figures.EXTRA_HINT)

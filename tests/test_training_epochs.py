@@ -205,7 +205,7 @@ def test_the_report_has_the_tables_the_sentences_and_the_figure():
 
 def test_training_figure():
     pytest.importorskip("matplotlib", reason="matplotlib not installed (the report extra)")
-    from sdnn_dask.figures import png_bytes, training_figure
+    from sdnn_dask.report.figures import png_bytes, training_figure
 
     fig = training_figure(_steps())
     bytes_ax, seconds_ax = fig.axes

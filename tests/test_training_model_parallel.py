@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from sdnn_dask.network import Network
+from sdnn_dask.core.network import Network
+from sdnn_dask.data.radixnet import make_network
 from sdnn_dask.partition import make_neuron_partition
-from sdnn_dask.radixnet import make_network
 from sdnn_dask.training import SGD, compiled, init_model, train_step
 from sdnn_dask.training.data_parallel import gradient_bytes
 from sdnn_dask.training.model_parallel import TRANSPORTS, ModelParallelTrainer

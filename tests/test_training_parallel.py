@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from sdnn_dask.radixnet import make_network
+from sdnn_dask.data.radixnet import make_network
 from sdnn_dask.training import SGD, init_model, train_step
 from sdnn_dask.training.data_parallel import TRANSPORTS, DataParallelTrainer, gradient_bytes
 

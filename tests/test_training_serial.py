@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from sdnn_dask.kernels import forward_block
-from sdnn_dask.network import Network
-from sdnn_dask.radixnet import make_network
+from sdnn_dask.core.kernels import forward_block
+from sdnn_dask.core.network import Network
+from sdnn_dask.data.radixnet import make_network
 from sdnn_dask.training import (
     SGD,
     Gradients,
@@ -640,7 +640,7 @@ def test_backward_into_one_vector_gives_the_same_gradients():
     """``backward(..., out=v)``: the same bits as the arrays it returns otherwise, every
     gradient a view of ``v`` in the order of ``parameters()`` (what data parallelism
     reduces without a copy)."""
-    from sdnn_dask.radixnet import make_network
+    from sdnn_dask.data.radixnet import make_network
     from sdnn_dask.training import compiled, init_model
 
     rng = np.random.default_rng(3)

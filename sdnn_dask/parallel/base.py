@@ -16,9 +16,9 @@ from typing import Any
 
 from distributed import Client
 
-from ..kernels import KernelSettings
-from ..network import Network
-from ..result import RunResult
+from ..core.kernels import KernelSettings
+from ..core.network import Network
+from ..core.result import RunResult
 from .faults import connected, prepare_workers
 
 

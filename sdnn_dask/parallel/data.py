@@ -10,7 +10,7 @@ partition changes where the work runs, never the answer.
 
 A worker given several blocks runs them merged (``sdnn.data-parallel.merge-blocks``):
 each block alone through its early layers, then all their survivors together in full
-tiles (:func:`~sdnn_dask.kernels.start_block`, :func:`~sdnn_dask.kernels.finish_blocks`),
+tiles (:func:`~sdnn_dask.core.kernels.start_block`, :func:`~sdnn_dask.core.kernels.finish_blocks`),
 so many small blocks cost little more than one per worker. Static placement runs one task
 per worker over the blocks pinned to it (:func:`run_blocks`); dynamic placement puts the
 block ids in a queue on the scheduler, and one task per worker (:func:`drain_queue`) takes
@@ -40,8 +40,7 @@ import scipy.sparse as sp
 from distributed import Client, Future, Queue, as_completed, get_worker, wait
 
 from .. import config
-from ..allocator import tune_allocator
-from ..kernels import (
+from ..core.kernels import (
     BlockOutput,
     BlockState,
     KernelSettings,
@@ -51,12 +50,13 @@ from ..kernels import (
     stream_blocks,
     warm_up_kernels,
 )
-from ..network import Network, as_csr32
+from ..core.network import Network, as_csr32
+from ..core.result import RunResult, network_info
+from ..data.store import NetworkStore
+from ..data.streaming import StreamedNetwork
 from ..partition import make_row_partition
 from ..registry import PLACEMENTS
-from ..result import RunResult, network_info
-from ..store import NetworkStore
-from ..streaming import StreamedNetwork
+from .allocator import tune_allocator
 from .base import Executor
 from .faults import WorkerLostError, connected, gather_pinned, place_retrying
 from .placement import keep_on
@@ -106,7 +106,7 @@ def _csr(block: Any) -> sp.csr_matrix:
 
 
 def start_one(network: Network, block: Any, kernel: KernelSettings) -> tuple[BlockState, float]:
-    """Phase 1 of one block (:func:`~sdnn_dask.kernels.start_block`), on a worker: the
+    """Phase 1 of one block (:func:`~sdnn_dask.core.kernels.start_block`), on a worker: the
     state stays there for :func:`finish_here`. Returns it and its seconds."""
     csr = _csr(block)
     start = time.perf_counter()
@@ -117,7 +117,7 @@ def start_one(network: Network, block: Any, kernel: KernelSettings) -> tuple[Blo
 def finish_here(network: Network, block_ids: list[int], kernel: KernelSettings,
                 *started: tuple[BlockState, float]) -> list[dict[str, Any]]:
     """The rest of the layers of the blocks this worker started, their survivors merged
-    into full tiles (:func:`~sdnn_dask.kernels.finish_blocks`).
+    into full tiles (:func:`~sdnn_dask.core.kernels.finish_blocks`).
 
     A block's ``compute_s`` is its phase 1 plus its share of the merged phase 2: the
     phase's seconds split by the blocks' own layer seconds in it.
@@ -170,7 +170,7 @@ def run_blocks(network: Network, block_ids: list[int], kernel: KernelSettings,
 def stream_here(network: StreamedNetwork, block_ids: list[int], kernel: KernelSettings,
                 *blocks: Any) -> list[dict[str, Any]]:
     """Run the blocks one worker holds through a streamed network (executed there): all
-    their rows through a layer, then the next (:func:`~sdnn_dask.kernels.stream_blocks`),
+    their rows through a layer, then the next (:func:`~sdnn_dask.core.kernels.stream_blocks`),
     so the worker reads each layer once. A block's ``compute_s`` is its share of the whole,
     split by its own layer seconds."""
     csrs = [_csr(block) for block in blocks]
@@ -198,9 +198,9 @@ def choose_weights(network: Network | NetworkStore | StreamedNetwork, weights: s
                    memory_limit: int | None) -> tuple[str, str]:
     """Resident or streamed weights for ``network``, and why, in words.
 
-    A :class:`~sdnn_dask.network.Network` is in memory already: resident. A store (or a
+    A :class:`~sdnn_dask.core.network.Network` is in memory already: resident. A store (or a
     streamed network) is ``weights`` if that is not ``"auto"``; with ``"auto"``, resident
-    when a worker's copy (:func:`~sdnn_dask.streaming.resident_bytes`) fits in
+    when a worker's copy (:func:`~sdnn_dask.data.streaming.resident_bytes`) fits in
     ``sdnn.data-parallel.resident-fraction`` of ``memory_limit``, else streamed.
     """
     if weights not in WEIGHTS:
@@ -238,8 +238,8 @@ class DataParallelExecutor(Executor):
         Any ``distributed.Client``.
     network
         The network; sent to every worker of the pool once, here. A network store
-        (:class:`~sdnn_dask.store.NetworkStore` or its folder, or a
-        :class:`~sdnn_dask.streaming.StreamedNetwork` of some of its layers) is read into
+        (:class:`~sdnn_dask.data.store.NetworkStore` or its folder, or a
+        :class:`~sdnn_dask.data.streaming.StreamedNetwork` of some of its layers) is read into
         memory and sent so when it fits, else streamed (see ``weights``).
     workers
         Addresses of the workers to use (default: every worker of the cluster).
@@ -256,7 +256,7 @@ class DataParallelExecutor(Executor):
     Examples
     --------
     >>> from distributed import Client, LocalCluster  # doctest: +SKIP
-    >>> from sdnn_dask.radixnet import make_network, make_inputs  # doctest: +SKIP
+    >>> from sdnn_dask.data.radixnet import make_network, make_inputs  # doctest: +SKIP
     >>> client = Client(LocalCluster(n_workers=2, threads_per_worker=1))  # doctest: +SKIP
     >>> executor = DataParallelExecutor(client, make_network(1024, 120))  # doctest: +SKIP
     >>> result = executor.run(make_inputs(6000), partition="hash")  # doctest: +SKIP
@@ -268,7 +268,7 @@ class DataParallelExecutor(Executor):
                  network: Network | NetworkStore | StreamedNetwork | str | os.PathLike, *,
                  workers: Iterable[str] | None = None, warm_up: bool = True,
                  weights: str | None = None):
-        # see sdnn_dask.allocator: large arrays without page faults
+        # see sdnn_dask.parallel.allocator: large arrays without page faults
         super().__init__(client, network, workers=workers,
                          setup=[tune_allocator, warm_up_kernels] if warm_up
                          else [tune_allocator])

@@ -2,7 +2,7 @@
 
 A :class:`~sdnn_dask.partition.NeuronPartition` assigns each neuron of every level to one
 of ``k`` parts; each part is pinned to one worker (``part % workers``) and holds only its
-slice of every layer's weights (:func:`~sdnn_dask.slabs.make_part_plans`). Layer ``l`` is,
+slice of every layer's weights (:func:`~sdnn_dask.parallel.slabs.make_part_plans`). Layer ``l`` is,
 per part ``p``::
 
     send   q -> p :  Y_{l-1}[:, own_q & needed_p]     (on q's worker)
@@ -54,13 +54,16 @@ import scipy.sparse as sp
 from dask.sizeof import sizeof
 from distributed import Client, Future, wait
 
-from ..allocator import tune_allocator
-from ..kernels import warm_up_kernels
-from ..network import Network, as_csr32
+from ..core.kernels import warm_up_kernels
+from ..core.network import Network, as_csr32
+from ..core.result import RunResult, network_info
 from ..partition import NeuronPartition, make_neuron_partition, make_row_partition
 from ..registry import TRANSPORTS  # "direct" or "graph"
-from ..result import RunResult, network_info
-from ..slabs import (
+from .allocator import tune_allocator
+from .base import Executor
+from .faults import WorkerLostError, gather_pinned, place_retrying
+from .placement import keep_on
+from .slabs import (
     PART_TRACE_COLUMNS,
     PartPlan,
     Slab,
@@ -70,8 +73,8 @@ from ..slabs import (
     piece_for,
     warm_up_parts,
 )
-from .base import Executor
-from .direct import (
+from .transfers import transfers_of, widen_transfer_logs
+from .transport.direct import (
     MESSAGE_COLUMNS,
     TIMING_COLUMNS,
     connect_peers,
@@ -79,9 +82,6 @@ from .direct import (
     gather_direct,
     run_part,
 )
-from .faults import WorkerLostError, gather_pinned, place_retrying
-from .placement import keep_on
-from .transfers import transfers_of, widen_transfer_logs
 
 
 @sizeof.register(Slab)
@@ -127,8 +127,8 @@ class ModelParallelExecutor(Executor):
     Examples
     --------
     >>> from sdnn_dask.cluster import local_client  # doctest: +SKIP
-    >>> from sdnn_dask.radixnet import make_network  # doctest: +SKIP
-    >>> from sdnn_dask.images import make_inputs  # doctest: +SKIP
+    >>> from sdnn_dask.data.radixnet import make_network  # doctest: +SKIP
+    >>> from sdnn_dask.data.images import make_inputs  # doctest: +SKIP
     >>> client = local_client(2)  # doctest: +SKIP
     >>> executor = ModelParallelExecutor(client, make_network(1024, 120))  # doctest: +SKIP
     >>> result = executor.run(make_inputs(6000), partition="hypergraph", k=4)  # doctest: +SKIP
@@ -139,7 +139,7 @@ class ModelParallelExecutor(Executor):
                  workers: Iterable[str] | None = None, warm_up: bool = True):
         self._placed: dict[tuple, tuple[NeuronPartition, list[PartPlan], dict[int, Future],
                                         list[str]]] = {}
-        # see sdnn_dask.allocator: large arrays without page faults
+        # see sdnn_dask.parallel.allocator: large arrays without page faults
         super().__init__(client, network, workers=workers,
                          setup=[tune_allocator, warm_up_kernels, warm_up_parts] if warm_up
                          else [tune_allocator])
@@ -227,7 +227,7 @@ class ModelParallelExecutor(Executor):
             Passed to the neuron partition (``seed`` also to a random row partition).
         transport
             ``"direct"`` (default): one long-running task per part, pieces sent worker
-            to worker (:mod:`sdnn_dask.parallel.direct`); ``"graph"``: one Dask task per
+            to worker (:mod:`sdnn_dask.parallel.transport.direct`); ``"graph"``: one Dask task per
             part and layer, every exchange scheduled by Dask (its cost stays measurable).
 
         Returns

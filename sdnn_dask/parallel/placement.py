@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from dask.sizeof import sizeof
 from distributed import Client, Future
 
-from ..kernels import BlockState
-from ..network import Network
+from ..core.kernels import BlockState
+from ..core.network import Network
 
 
 @sizeof.register(Network)

@@ -8,10 +8,10 @@ import time
 import pandas as pd
 import scipy.sparse as sp
 
-from ..kernels import forward_block, stream_blocks, warm_up_kernels
-from ..network import Network, as_csr32
-from ..reference import infer_reference
-from ..result import RunResult, network_info
+from ..core.kernels import forward_block, stream_blocks, warm_up_kernels
+from ..core.network import Network, as_csr32
+from ..core.reference import infer_reference
+from ..core.result import RunResult, network_info
 
 SERIAL_METHODS = ("reference", "kernel")
 
@@ -24,11 +24,12 @@ def run_serial(network: Network, inputs: sp.spmatrix | sp.sparray,
     ----------
     network, inputs
         The network and the ``rows x N`` inputs. The network may be a
-        :class:`~sdnn_dask.streaming.StreamedNetwork`: the kernel then runs all the rows
-        through a layer before the next (:func:`~sdnn_dask.kernels.stream_blocks`), and
+        :class:`~sdnn_dask.data.streaming.StreamedNetwork`: the kernel then runs all the rows
+        through a layer before the next (:func:`~sdnn_dask.core.kernels.stream_blocks`), and
         the reference reads the layers in order; neither holds more than a few layers.
     method
-        ``"reference"``: the plain scipy recurrence (:func:`~sdnn_dask.reference.infer_reference`);
+        ``"reference"``: the plain scipy recurrence
+        (:func:`~sdnn_dask.core.reference.infer_reference`);
         ``"kernel"``: the compiled kernel every parallel strategy uses.
     """
     if method not in SERIAL_METHODS:

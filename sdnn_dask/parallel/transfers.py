@@ -2,8 +2,8 @@
 
 Every worker logs each fetch of data from another worker in
 ``Worker.transfer_incoming_log``: the keys fetched, their size (Dask's ``sizeof`` of each
-object, i.e. the bytes of the arrays a :class:`~sdnn_dask.slabs.Slab` holds), the sender and
-the duration. Executors give the keys of one run a common token; :func:`transfers_of`
+object, i.e. the bytes of the arrays a :class:`~sdnn_dask.parallel.slabs.Slab` holds), the
+sender and the duration. Executors give the keys of one run a common token; :func:`transfers_of`
 collects the log entries holding that token from every worker. Nothing is recomputed from
 the partition: what is reported is what Dask says it moved.
 """

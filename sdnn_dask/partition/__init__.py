@@ -3,7 +3,8 @@
 from .balance import imbalance, survivors_per_block
 from .hashing import bucket_hash, bucket_unhash
 from .hypergraph import hypergraph_partition, partition_columns
-from .neurons import NEURON_PARTITIONS, NeuronPartition, column_net_km1, make_neuron_partition
+from .methods import NEURON_PARTITIONS, make_neuron_partition
+from .neurons import NeuronPartition, column_net_km1
 from .rows import ROW_PARTITIONS, RowPartition, even_bounds, make_row_partition
 
 __all__ = [

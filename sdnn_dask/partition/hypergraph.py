@@ -46,10 +46,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import config
-from .neurons import NeuronPartition, _blocks_of, _connectivity
+from .neurons import NeuronPartition, blocks_of, connectivity
 
 if TYPE_CHECKING:
-    from ..network import Network
+    from ..core.network import Network
 
 MISSING = "hypergraph partitioning needs Mt-KaHyPar: pip install 'sdnn_dask[partition]'"
 
@@ -136,7 +136,7 @@ def partition_columns(
 
     Examples
     --------
-    >>> from sdnn_dask.radixnet import radixnet_layer
+    >>> from sdnn_dask.data.radixnet import radixnet_layer
     >>> from sdnn_dask.partition import column_net_km1
     >>> w = radixnet_layer(1024, 1)
     >>> parts = partition_columns(w, 4, seed=0)  # doctest: +SKIP
@@ -160,7 +160,7 @@ def partition_columns(
     if k == 1:
         return np.zeros(n_cols, dtype=np.int32)
     if total == 0:  # no work and nothing to send: any split will do
-        return _blocks_of(np.arange(n_cols), n_cols, k)
+        return blocks_of(np.arange(n_cols), n_cols, k)
     if k > n_cols:
         raise ValueError(f"cannot split {n_cols} columns into k={k} non-empty parts")
 
@@ -209,7 +209,7 @@ def _place_inputs(w: sp.csr_matrix, column_parts: np.ndarray, k: int) -> np.ndar
     does not grow), the least loaded one; rows with fewer choices go first, and rows that
     feed nothing fill the least loaded parts.
     """
-    c = _connectivity(w, column_parts, k)
+    c = connectivity(w, column_parts, k)
     degree = np.diff(c.indptr)
     order = np.argsort(np.where(degree == 0, k + 1, degree), kind="stable")
     owner = np.empty(w.shape[0], dtype=np.int32)
@@ -294,7 +294,7 @@ def hypergraph_partition(
 
     Examples
     --------
-    >>> from sdnn_dask.radixnet import make_network
+    >>> from sdnn_dask.data.radixnet import make_network
     >>> net = make_network(1024, 6)
     >>> part = hypergraph_partition(net, 4)  # doctest: +SKIP
     >>> int(part.volume(net)["km1"].sum()) < 6 * 3072  # doctest: +SKIP

@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -35,18 +33,16 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from .._files import atomic_path
-from ..registry import NEURON_PARTITIONS
+from ..files import atomic_path
 from .balance import imbalance as _imbalance
-from .hashing import bucket_hash
 from .rows import even_bounds
 
 if TYPE_CHECKING:
-    from ..network import Network
+    from ..core.network import Network
 
 
 
-def _connectivity(w: sp.csr_matrix, column_parts: np.ndarray, k: int,
+def connectivity(w: sp.csr_matrix, column_parts: np.ndarray, k: int,
                   row_parts: np.ndarray | None = None) -> sp.csr_matrix:
     """``C[i, p] = 1`` iff row ``i`` of ``w`` has a nonzero in a column of part ``p``.
 
@@ -91,7 +87,7 @@ def column_net_km1(w: sp.spmatrix | sp.sparray, column_parts: np.ndarray) -> int
         return 0
     if column_parts.min() < 0:
         raise ValueError("column_parts must be >= 0")
-    c = _connectivity(w, column_parts, int(column_parts.max()) + 1)
+    c = connectivity(w, column_parts, int(column_parts.max()) + 1)
     nonempty = np.count_nonzero(np.diff(w.indptr))
     return int(c.nnz - nonempty)
 
@@ -117,7 +113,8 @@ class NeuronPartition:
     Examples
     --------
     >>> import scipy.sparse as sp
-    >>> from sdnn_dask.network import Network
+    >>> from sdnn_dask.core.network import Network
+    >>> from sdnn_dask.partition import make_neuron_partition
     >>> net = Network([sp.csr_matrix(np.ones((4, 4)))] * 2, bias=-0.1)
     >>> part = make_neuron_partition(net, 2)
     >>> part.owned(1, 1).tolist(), part.needed(net, 1, 1).tolist()
@@ -215,10 +212,10 @@ class NeuronPartition:
         rows = []
         for layer, w in enumerate(network.layers, start=1):
             owner = self.parts[layer - 1]
-            c = _connectivity(w, self.parts[layer], self.k, owner)
+            c = connectivity(w, self.parts[layer], self.k, owner)
             km1 = c.nnz - w.shape[0]
             # columns p receives: p needs i (a pin in p) and does not own i
-            needs = _connectivity(w, self.parts[layer], self.k).tocoo()
+            needs = connectivity(w, self.parts[layer], self.k).tocoo()
             foreign = needs.col != owner[needs.row]
             received = np.bincount(needs.col[foreign], minlength=self.k)
             rows.append((layer, int(km1), int(received.sum()), int(received.max())))
@@ -268,82 +265,7 @@ class NeuronPartition:
                 f"neurons={self.n_neurons}, params={self.params}, seconds={self.seconds:.3g})")
 
 
-def _blocks_of(positions: np.ndarray, n_items: int, k: int) -> np.ndarray:
+def blocks_of(positions: np.ndarray, n_items: int, k: int) -> np.ndarray:
     """Part of each position when ``n_items`` positions are cut into ``k`` even blocks."""
     bounds = even_bounds(n_items, k)
     return (np.searchsorted(bounds, positions, side="right") - 1).astype(np.int32)
-
-
-def make_neuron_partition(
-    network: Network,
-    k: int,
-    method: str = "block",
-    *,
-    seed: int = 0,
-    nbuckets: int = 1,
-    epsilon: float = 0.03,
-    cache: bool | str | os.PathLike | None = None,
-    progress: Callable[[int, int], None] | None = None,
-) -> NeuronPartition:
-    """Build a neuron partition of ``network`` into ``k`` parts by name.
-
-    Parameters
-    ----------
-    network
-        The network whose neurons (every level ``0..L``) are partitioned.
-    k
-        Number of parts (workers); parts are empty only when ``k > N``.
-    method
-        ``"block"``, ``"hash"``, ``"random"`` or ``"hypergraph"``.
-    seed
-        For ``"random"`` and ``"hypergraph"``.
-    nbuckets
-        For ``"hash"``: ``P = 128 * nbuckets``.
-    epsilon
-        For ``"hypergraph"``: allowed work imbalance per layer, ``max <= (1 + eps) mean``.
-    cache
-        For ``"hypergraph"`` (the others take milliseconds): a folder, or ``True`` for
-        ``cache_dir() / "partitions"``; see :func:`~.hypergraph.hypergraph_partition`.
-    progress
-        For ``"hypergraph"``: called as ``progress(done, total)`` after each layer.
-
-    Examples
-    --------
-    >>> from sdnn_dask.radixnet import make_network
-    >>> net = make_network(1024, 2)
-    >>> part = make_neuron_partition(net, 4, "block")
-    >>> part.volume(net)["km1"].tolist()  # every input feeds every block
-    [3072, 3072]
-    >>> make_neuron_partition(net, 4, "hash").parts[0, :6].tolist()  # v mod 128 picks the block
-    [0, 0, 0, 0, 0, 0]
-    """
-    if method not in NEURON_PARTITIONS:
-        raise ValueError(f"unknown neuron partition {method!r}; choose one of {NEURON_PARTITIONS}")
-    if int(k) != k or k < 1:
-        raise ValueError(f"k must be a positive integer, got {k!r}")
-    k = int(k)
-    if method == "hypergraph":
-        from .hypergraph import hypergraph_partition
-
-        return hypergraph_partition(network, k, epsilon=epsilon, seed=seed, cache=cache,
-                                    progress=progress)
-
-    start = time.perf_counter()
-    n, levels = network.n_neurons, network.n_layers + 1
-    ids = np.arange(n, dtype=np.int64)
-    if method == "block":
-        positions, params = ids, {}
-    elif method == "hash":
-        positions, params = bucket_hash(ids, n, nbuckets), {"nbuckets": nbuckets}
-    else:
-        # one permutation for every level, as layer hashing uses one mapping: hash and
-        # random then differ only in the relabeling, and neuron j keeps its owner across
-        # levels like block and hash
-        order = np.random.default_rng(seed).permutation(n)
-        positions = np.empty(n, dtype=np.int64)
-        positions[order] = ids
-        params = {"seed": seed}
-    row = _blocks_of(positions, n, k)
-    parts = np.broadcast_to(row, (levels, n))
-    return NeuronPartition(method=method, k=k, parts=parts, params=params,
-                           seconds=time.perf_counter() - start)

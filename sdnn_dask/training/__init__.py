@@ -17,7 +17,7 @@ layer, the sampled weight gradient) for parallel trainers to build on.
 Examples
 --------
 >>> import numpy as np
->>> from sdnn_dask.radixnet import make_network
+>>> from sdnn_dask.data.radixnet import make_network
 >>> from sdnn_dask.training import SGD, init_model, train_step
 >>> model = init_model(make_network(1024, 2), classes=10, seed=0)
 >>> rng = np.random.default_rng(0)

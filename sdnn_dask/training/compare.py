@@ -30,9 +30,9 @@ import numpy as np
 import pandas as pd
 from distributed import Client
 
-from ..images import make_inputs
-from ..network import Network
-from ..report import to_markdown
+from ..core.network import Network
+from ..data.images import make_inputs
+from ..formatting import to_markdown
 from .compiled import Workspace
 from .data_parallel import DataParallelTrainer
 from .digits import DigitsData, digits_model, load_digits_1024

@@ -4,7 +4,7 @@ Activations are dense transposed tiles, ``neurons x rows`` (C order), so a neuro
 for a run of rows are contiguous. Per layer:
 
 * forward: :func:`layer_forward_t` is the inference kernel's
-  :func:`~sdnn_dask.kernels.dense_step` (each output neuron the sum of its ~32 scaled
+  :func:`~sdnn_dask.core.kernels.dense_step` (each output neuron the sum of its ~32 scaled
   input rows, walking ``W^T`` in CSR; a branch-free epilogue), its survivor count unused;
 * backward: :func:`delta_t` masks ``dL/dY`` with ``[0 < Y < ymax]`` (derivative 0 at
   exactly 0 and exactly ymax; 0 where ``Z == 0`` since ``Y = 0`` there) and sums the bias
@@ -16,7 +16,7 @@ for a run of rows are contiguous. Per layer:
   separate :func:`delta_t` pass; :func:`sampled_gradient_t` is the weight gradient alone
   (the first layer, where ``dY_prev`` is not needed).
 
-The rows are processed in runs of ``_ROW_TILE`` (as inference), so the ~32 rows one
+The rows are processed in runs of ``ROW_TILE`` (as inference), so the ~32 rows one
 neuron reads come from a cache-sized slab. Rows that die are kept (a training batch is
 small and its gradient needs every row's logits); they cost time, not correctness.
 
@@ -32,8 +32,8 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from ..kernels import _ROW_TILE, dense_step
-from ..network import pattern_order
+from ..core.kernels import ROW_TILE, dense_step
+from ..core.network import pattern_order
 from .losses import softmax_cross_entropy
 from .model import Gradients, SparseModel, unflatten
 
@@ -77,7 +77,7 @@ def layer_forward_t(yt: np.ndarray, wt: sp.csr_matrix, bias: np.ndarray, ymax: f
     if order is None:
         order = _identity(wt.shape[0])
     # the inference kernel's step: the same sums in the same order, its survivor count unused
-    dense_step(yt, wt.indptr, wt.indices, wt.data, bias, np.float32(ymax), out, _ROW_TILE,
+    dense_step(yt, wt.indptr, wt.indices, wt.data, bias, np.float32(ymax), out, ROW_TILE,
                order)
 
 
@@ -279,7 +279,7 @@ def layer_backward_t(dt: np.ndarray, ypt: np.ndarray, w: sp.csr_matrix,
         grad = np.empty(w.nnz, np.float32)
     mask = mask_ymax is not None
     db = np.empty(w.shape[0] if mask else 0, np.float32)
-    _backward_step(dt, ypt, w.indptr, w.indices, w.data, dypt, grad, db, _ROW_TILE,
+    _backward_step(dt, ypt, w.indptr, w.indices, w.data, dypt, grad, db, ROW_TILE,
                    _identity(w.shape[0]) if order is None else order, True, mask,
                    np.float32(mask_ymax if mask else 0.0))
     return dypt, grad, db if mask else None
@@ -295,7 +295,7 @@ def sampled_gradient_t(ypt: np.ndarray, dt: np.ndarray, w: sp.csr_matrix,
     if grad is None:
         grad = np.empty(w.nnz, np.float32)
     # dypt is never written when want_dy is false: pass ypt in its place
-    _backward_step(dt, ypt, w.indptr, w.indices, w.data, ypt, grad, grad[:0], _ROW_TILE,
+    _backward_step(dt, ypt, w.indptr, w.indices, w.data, ypt, grad, grad[:0], ROW_TILE,
                    _identity(w.shape[0]) if order is None else order, False, False,
                    np.float32(0.0))
     return grad

@@ -28,40 +28,17 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from distributed import Client, get_worker, wait
+from distributed import Client, wait
 
-from ..allocator import tune_allocator
-from ..parallel.direct import connect_peers, ensure_exchange, gather_direct
-from .compiled import Workspace
+from ..parallel.allocator import tune_allocator
+from ..parallel.transport.direct import connect_peers, ensure_exchange, gather_direct
 from .direct import TRANSPORTS, chunks, run_slot
 from .loop import BACKENDS, gradients
 from .model import Gradients, SparseModel
-from .optim import SGD, check_settings
+from .optim import check_settings
+from .replicas import drop_replica, held, place_replica
 
 __all__ = ["TRANSPORTS", "DataParallelTrainer", "StepResult"]
-
-#: Each worker's trainers, by (trainer id, worker address): its model copy, optimiser and
-#: workspace (the address too, so the workers of a threaded cluster, which share this
-#: module, keep a copy each).
-_STATE: dict[tuple[str, str], tuple[SparseModel, SGD, Workspace]] = {}
-
-
-def held(trainer: str) -> tuple[SparseModel, SGD, Workspace]:
-    """This worker's copy of ``trainer``'s model, its optimiser and workspace."""
-    return _STATE[(trainer, get_worker().address)]
-
-
-def _place(trainer: str, model: SparseModel, lr: float, momentum: float,
-           weight_decay: float) -> str:
-    copy = model.copy()  # this worker's own: updated in place every step
-    _STATE[(trainer, get_worker().address)] = (
-        copy, SGD(copy, lr, momentum=momentum, weight_decay=weight_decay), Workspace())
-    return trainer
-
-
-def _drop(trainer: str) -> bool:
-    return _STATE.pop((trainer, get_worker().address), None) is not None
-
 
 def _block_gradients(trainer: str, x: Any, labels: np.ndarray, share: float,
                      backend: str) -> tuple[float, Gradients]:
@@ -168,7 +145,7 @@ class DataParallelTrainer:
         self.id = f"sdnn-train-{uuid.uuid4().hex}"
         self._gradient_bytes = gradient_bytes(model)
         shared = client.scatter(model, workers=self.workers, broadcast=True, hash=False)
-        placed = [client.submit(_place, self.id, shared, lr, momentum, weight_decay,
+        placed = [client.submit(place_replica, self.id, shared, lr, momentum, weight_decay,
                                 workers=[w], allow_other_workers=False, pure=False)
                   for w in self.workers]
         client.gather(placed)
@@ -177,7 +154,7 @@ class DataParallelTrainer:
         if transport == "direct":
             ensure_exchange(client)
             connect_peers(client, self.workers)
-        # see sdnn_dask.allocator: the pieces and tiles of every step without page faults
+        # see sdnn_dask.parallel.allocator: the pieces and tiles of every step without page faults
         client.run(tune_allocator, workers=sorted({w for w in self.workers}))
 
     @property
@@ -259,7 +236,7 @@ class DataParallelTrainer:
 
     def close(self) -> None:
         """Drop the model copies from the workers."""
-        self.client.gather([self.client.submit(_drop, self.id, workers=[w],
+        self.client.gather([self.client.submit(drop_replica, self.id, workers=[w],
                                                allow_other_workers=False, pure=False)
                             for w in self.workers])
 

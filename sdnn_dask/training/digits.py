@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import scipy.ndimage
 
-from ..radixnet import make_network
+from ..data.radixnet import make_network
 from .loop import BACKENDS, fit
 from .model import SparseModel, init_model
 from .optim import SGD

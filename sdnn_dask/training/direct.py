@@ -5,7 +5,7 @@ A step of model-parallel, hybrid or data-parallel training is ``R x C`` slots: r
 the whole model). Slot ``(g, c)`` is one task on its worker that secedes from the
 worker's thread pool and does the whole step itself, exchanging what it must with the
 other slots worker to worker through the inference's
-:class:`~sdnn_dask.parallel.exchange.PieceExchange` (no scheduler in the loop):
+:class:`~sdnn_dask.parallel.transport.exchange.PieceExchange` (no scheduler in the loop):
 
 1. forward, layer by layer: it cuts for every part of its group that reads its level
    ``l-1`` columns in layer ``l`` exactly those columns, sends them, waits for the
@@ -45,10 +45,17 @@ import numpy as np
 from distributed import get_worker, secede
 from distributed.worker import thread_state
 
-from ..kernels import _ROW_TILE as ROW_TILE
-from ..kernels import dense_step
-from ..parallel.direct import PIECE_TIMEOUT, POLL_SECONDS, part_of_run
-from ..parallel.exchange import EXTENSION, PieceExchange, RunAborted, pack, unpack, wait_pieces
+from ..core.kernels import ROW_TILE, dense_step
+from ..parallel.transport.direct import PIECE_TIMEOUT, POLL_SECONDS, part_of_run
+from ..parallel.transport.exchange import (
+    EXTENSION,
+    PieceExchange,
+    RunAborted,
+    pack,
+    unpack,
+    wait_pieces,
+)
+from . import compiled
 from .compiled import (
     delta_t,
     gather_delta,
@@ -56,9 +63,11 @@ from .compiled import (
     layer_backward_t,
     sampled_gradient_t,
 )
+from .loop import gradients
 from .losses import softmax_cross_entropy
 from .model import Gradients, flatten, unflatten
 from .parts import PARTS, apply_update, sum_plan
+from .replicas import held
 
 #: The transports of the trainers; the first is the default.
 TRANSPORTS = ("direct", "graph")
@@ -347,7 +356,7 @@ def run_slot(key: str, token: str, group: int, part: int, groups: int, parts: in
     key
         The trainer's state key on this worker: a part's (its :data:`~.parts.PARTS` key
         is ``(key, part)``) or, with ``whole``, a data-parallel copy's
-        (:func:`~.data_parallel.held`).
+        (:func:`~.replicas.held`).
     token
         The step's run token (a new one every step).
     group, part, groups, parts
@@ -412,10 +421,6 @@ def run_slot(key: str, token: str, group: int, part: int, groups: int, parts: in
 def _data_step(slot: _Slot, key: str, groups: int, x: Any, labels: np.ndarray,
                share: float, backend: str) -> float:
     """A whole-model slot: the serial kernels on its rows, the gradient all-reduced."""
-    from . import compiled
-    from .data_parallel import held
-    from .loop import gradients
-
     model, optimizer, workspace = held(key)
     arrays = model.parameters()
     if x.shape[0] and backend == "compiled":

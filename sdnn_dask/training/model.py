@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from ..network import Network
+from ..core.network import Network
 
 __all__ = ["Gradients", "SparseModel", "init_model", "pattern_of"]
 
@@ -199,7 +199,7 @@ def init_model(
     Parameters
     ----------
     network_or_pattern
-        A :class:`~sdnn_dask.network.Network` (its layers' patterns and ``ymax`` are used;
+        A :class:`~sdnn_dask.core.network.Network` (its layers' patterns and ``ymax`` are used;
         its weight values and bias are not), or a list of sparse matrices whose stored
         entries are the patterns (``n_{l-1} x n_l`` each).
     classes
@@ -225,7 +225,7 @@ def init_model(
 
     Examples
     --------
-    >>> from sdnn_dask.radixnet import make_network
+    >>> from sdnn_dask.data.radixnet import make_network
     >>> model = init_model(make_network(1024, 3), classes=10, seed=0)
     >>> model.n_layers, model.edges, model.readout.shape, model.dtype.name
     (3, 98304, (1024, 10), 'float32')

@@ -49,8 +49,8 @@ import numpy as np
 import scipy.sparse as sp
 from distributed import Client, wait
 
-from ..allocator import tune_allocator
-from ..parallel.direct import connect_peers, ensure_exchange, gather_direct
+from ..parallel.allocator import tune_allocator
+from ..parallel.transport.direct import connect_peers, ensure_exchange, gather_direct
 from ..partition import NeuronPartition, make_neuron_partition
 from .compiled import (
     delta_t,
@@ -331,7 +331,7 @@ class ModelParallelTrainer:
         if transport == "direct":
             ensure_exchange(client)
             connect_peers(client, sorted(set(w for row in self.route for w in row)))
-        # see sdnn_dask.allocator: the pieces and tiles of every step without page faults
+        # see sdnn_dask.parallel.allocator: the pieces and tiles of every step without page faults
         client.run(tune_allocator, workers=sorted({w for w in self.workers}))
 
     def _key(self, group: int) -> str:

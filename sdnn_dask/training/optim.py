@@ -9,7 +9,7 @@ from .model import Gradients, SparseModel
 
 
 @numba.njit(nogil=True, cache=True)
-def _update(p, g, v, lr, momentum, decay, use_velocity):  # pragma: no cover
+def sgd_update(p, g, v, lr, momentum, decay, use_velocity):  # pragma: no cover
     """One pass over flat ``p``: ``g + decay * p``, the velocity, the step (as numpy's
     in-place sequence would do it, without its temporaries)."""
     for k in range(p.shape[0]):
@@ -102,6 +102,6 @@ class SGD:
             v = self._velocity[k].reshape(-1) if self._velocity is not None else flat[:0]
             dtype = p.dtype.type
             # in place: W.data of a sparse layer changes, its pattern is untouched
-            _update(flat, g, v, dtype(self.lr), dtype(self.momentum),
+            sgd_update(flat, g, v, dtype(self.lr), dtype(self.momentum),
                     dtype(self.weight_decay if decays else 0.0), self._velocity is not None)
         self.steps += 1

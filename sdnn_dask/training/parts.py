@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ..network import Network, pattern_order
+from ..core.network import Network, pattern_order
 from ..partition import NeuronPartition
 from .model import SparseModel
-from .optim import _update
+from .optim import sgd_update
 
 
 @dataclass(eq=False)
@@ -100,7 +100,7 @@ def _step_param(p: np.ndarray, g: np.ndarray, v: np.ndarray | None, state: _Part
                 decays: bool) -> None:
     dtype = p.dtype.type
     flat = p.reshape(-1)
-    _update(flat, np.ascontiguousarray(g, dtype=p.dtype).reshape(-1),
+    sgd_update(flat, np.ascontiguousarray(g, dtype=p.dtype).reshape(-1),
             v.reshape(-1) if v is not None else flat[:0], dtype(state.lr),
             dtype(state.momentum), dtype(state.weight_decay if decays else 0.0),
             v is not None)

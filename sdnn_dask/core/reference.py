@@ -2,7 +2,7 @@
 
 This is the ground truth every strategy is checked against, so it stays simple and
 obviously right (scipy's ``Y @ W``, bias, clip, drop zeros), not fast. Speed lives in
-:mod:`sdnn_dask.kernels`.
+:mod:`sdnn_dask.core.kernels`.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def infer_reference(network: Network, inputs: sp.spmatrix | sp.sparray) -> Infer
     Examples
     --------
     >>> import scipy.sparse as sp
-    >>> from sdnn_dask.network import Network
+    >>> from sdnn_dask.core.network import Network
     >>> net = Network([sp.identity(3, format="csr") * 2] * 2, bias=-1.0, ymax=32)
     >>> infer_reference(net, sp.csr_matrix([[1, 0, 0], [0, 0, 0], [0, 3, 0]])).categories
     array([0, 2])

@@ -35,9 +35,9 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from . import config
-from ._files import atomic_path
-from .network import Network, as_csr32
+from .. import config
+from ..core.network import Network, as_csr32
+from ..files import atomic_path
 
 PathLike = str | os.PathLike
 
@@ -658,7 +658,7 @@ def read_network(
     cache: bool | PathLike = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> Network:
-    """Read a challenge network (weights) into a :class:`~sdnn_dask.network.Network`.
+    """Read a challenge network (weights) into a :class:`~sdnn_dask.core.network.Network`.
 
     Parameters
     ----------
@@ -667,7 +667,7 @@ def read_network(
     n_neurons, n_layers
         Which network: the first ``n_layers`` layers of the ``n_neurons`` one.
     bias, ymax
-        As in :class:`~sdnn_dask.network.Network` (challenge values by default).
+        As in :class:`~sdnn_dask.core.network.Network` (challenge values by default).
     cache
         ``True`` to keep a binary copy in the cache folder (``sdnn.cache-dir``), or a folder
         to keep it in. The copy is keyed by a SHA-256 of the layer files' bytes (see
@@ -692,7 +692,7 @@ def read_network(
     Examples
     --------
     >>> import tempfile
-    >>> from sdnn_dask.radixnet import make_network
+    >>> from sdnn_dask.data.radixnet import make_network
     >>> folder = tempfile.mkdtemp()
     >>> _ = write_weights(folder, make_network(1024, 2).layers)
     >>> read_network(folder, 1024, 2).edges

@@ -37,7 +37,7 @@ from distributed.comm.core import CommClosedError
 from distributed.core import Status
 from distributed.protocol import Serialized, deserialize, serialize
 
-from .faults import WorkerLostError
+from ..faults import WorkerLostError
 
 #: Key of the exchange in ``Worker.extensions``, and the plugin's name.
 EXTENSION = "sdnn-exchange"

@@ -9,7 +9,7 @@ and those rows' values for its columns. One layer on part ``p`` is::
 where ``needed_p`` are the level ``l-1`` neurons feeding the columns ``p`` owns. The other
 parts send ``p`` only the columns of ``needed_p`` they own (:func:`take_columns`), and
 :func:`part_layer_step` joins those pieces and runs the same compiled step as the serial
-kernel (:func:`~sdnn_dask.kernels.sparse_step` or :func:`~sdnn_dask.kernels.dense_step`)
+kernel (:func:`~sdnn_dask.core.kernels.sparse_step` or :func:`~sdnn_dask.core.kernels.dense_step`)
 on the part's slice of the weights. :func:`make_part_plans` precomputes every part's
 slices and index maps once per (network, partition).
 
@@ -36,10 +36,10 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from . import config
-from .kernels import _ROW_TILE, _SETUP_ROWS, dense_step, sparse_step
-from .network import Network, as_csr32
-from .partition.neurons import NeuronPartition
+from .. import config
+from ..core.kernels import ROW_TILE, SETUP_ROWS, dense_step, sparse_step
+from ..core.network import Network, as_csr32
+from ..partition.neurons import NeuronPartition
 
 #: Per-layer trace of one part: what each tuple of :attr:`Slab.trace` holds.
 PART_TRACE_COLUMNS = [
@@ -734,7 +734,7 @@ def _gather_csr(starts, bounds, idxs, vals, poss, same, dense, srcs, tiles, n_in
 
 class _Scratch(threading.local):
     """Per-thread buffers reused by every step the thread runs: Dask workers page-fault
-    on fresh large allocations (see :mod:`sdnn_dask.allocator`), and a step's temporaries
+    on fresh large allocations (see :mod:`sdnn_dask.parallel.allocator`), and a step's temporaries
     would be fresh every layer. Each is as large as the largest step has needed."""
 
     def __init__(self) -> None:
@@ -938,7 +938,7 @@ def make_part_plans(network: Network, partition: NeuronPartition, *,
     """Slice the network's weights and index maps for every part of ``partition``.
 
     ``dense_threshold`` and ``chunk_bytes`` default to ``sdnn.kernel.*``, as in
-    :func:`~sdnn_dask.kernels.forward_block`.
+    :func:`~sdnn_dask.core.kernels.forward_block`.
     """
     if dense_threshold is None:
         dense_threshold = config.get("kernel.dense-threshold")
@@ -1039,16 +1039,16 @@ def part_layer_step(plan: PartPlan, layer: int, own_prev: Slab,
     nnz_in = sum(s.nnz for s in live)
     args = _kernel_args(live, positions)
     ymax = np.float32(plan.ymax)
-    dense = nnz_in >= plan.dense_threshold * (1.0 + _SETUP_ROWS / n_rows) * n_in * n_rows
+    dense = nnz_in >= plan.dense_threshold * (1.0 + SETUP_ROWS / n_rows) * n_in * n_rows
     if dense:
         chunk_rows = max(1, plan.chunk_bytes // (4 * max(n_in, n_out)))
-        if chunk_rows >= _ROW_TILE:  # whole row tiles of the dense step (496-row chunks
-            chunk_rows -= chunk_rows % _ROW_TILE  # made hypergraph parts 10% slower)
+        if chunk_rows >= ROW_TILE:  # whole row tiles of the dense step (496-row chunks
+            chunk_rows -= chunk_rows % ROW_TILE  # made hypergraph parts 10% slower)
         rows_t = _padded(min(chunk_rows, n_rows))
         out_hint = nnz_in * n_out // n_in + n_out * rows_t + 1
         as_tile, tile, starts, indices, data, bounds, alive, nnz, oi, ox = _dense_layer(
             *args, n_in, n_rows, chunk_rows, lp.wt.indptr, lp.wt.indices, lp.wt.data,
-            lp.bias, ymax, lp.order, _ROW_TILE, _scratch.get("y", n_in * rows_t, np.float32),
+            lp.bias, ymax, lp.order, ROW_TILE, _scratch.get("y", n_in * rows_t, np.float32),
             _scratch.get("z", n_out * rows_t, np.float32),
             _scratch.get("oi", out_hint, np.int32), _scratch.get("ox", out_hint, np.float32))
         _scratch.keep("oi", oi)
@@ -1123,8 +1123,8 @@ def warm_up_parts() -> str:
     """Compile (or load from numba's cache) the part step's helpers in this process, for
     one to four inputs a layer, dense and sparse, so no part step's time includes
     compilation. Executors run it on their workers beside
-    :func:`~sdnn_dask.kernels.warm_up_kernels`."""
-    from .partition import make_neuron_partition
+    :func:`~sdnn_dask.core.kernels.warm_up_kernels`."""
+    from ..partition import make_neuron_partition
 
     n = 64
     rng = np.random.default_rng(0)

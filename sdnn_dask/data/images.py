@@ -94,7 +94,7 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-from .registry import ORDERS
+from ..registry import ORDERS
 
 __all__ = ["CHALLENGE_DENSITY", "CHALLENGE_NNZ", "make_inputs"]
 
@@ -735,3 +735,9 @@ def make_inputs(
     out = sp.csr_matrix((data, indices, indptr), shape=(n_rows, n_neurons), copy=False)
     out.has_sorted_indices = True
     return out
+
+
+def generated_source(order: str | None = None) -> str:
+    """The records' ``source`` of generated inputs in row ``order`` (default: the
+    generator's, ``official-like``)."""
+    return f"generated, {order or 'official-like'} order"

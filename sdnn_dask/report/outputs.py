@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import records
+from .. import records
 
 
 def write_results(folder: Path, runs: pd.DataFrame, layers: pd.DataFrame,
@@ -64,10 +64,10 @@ def write_results(folder: Path, runs: pd.DataFrame, layers: pd.DataFrame,
 
 def write_report(staging: Path, names: list[str], runs: pd.DataFrame, layers: pd.DataFrame,
                  say: Callable[[str], None]) -> None:
-    """``report.html``, ``summary.md`` and the plots (:func:`sdnn_dask.html_report.
+    """``report.html``, ``summary.md`` and the plots (:func:`sdnn_dask.report.html.
     write_report`; no plot without matplotlib) into ``staging``, their names into
     ``names``."""
-    from .html_report import write_report as write_html
+    from .html import write_report as write_html
 
     written = write_html(staging, runs, layers, projection=projection_of(runs, layers, say))
     names.extend(path.name for path in written)
@@ -79,7 +79,7 @@ def projection_of(runs: pd.DataFrame, layers: pd.DataFrame,
                   say: Callable[[str], None]) -> pd.DataFrame | None:
     """Measured against projected for the report, or ``None`` when the records cannot
     calibrate the cost model (:mod:`sdnn_dask.projection`)."""
-    from .projection import report_projection
+    from ..projection import report_projection
 
     try:
         return report_projection(runs, layers)

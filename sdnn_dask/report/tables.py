@@ -4,7 +4,7 @@
 here runs inference; everything can be re-made from the records
 (:func:`sdnn_dask.records.read_records`). The per-layer tables (:func:`communication`,
 :func:`layer_profile`, :func:`layer_times`) and the per-block one (:func:`block_times`)
-feed the plots of :mod:`sdnn_dask.figures`; :mod:`sdnn_dask.html_report` puts it all in
+feed the plots of :mod:`sdnn_dask.report.figures`; :mod:`sdnn_dask.report.html` puts it all in
 one page.
 
 Every function looks at one study, the latest one (:func:`latest_study`), and keeps the
@@ -14,15 +14,13 @@ and every ratio compares configurations of the same network and inputs.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from ._files import atomic_path
-from .records import LAYER_DTYPES, RUN_DTYPES, RUN_LEVEL, typed
+from ..formatting import to_markdown
+from ..records import LAYER_DTYPES, RUN_DTYPES, RUN_LEVEL, typed
 
 #: What identifies a configuration: repeats of one configuration are pooled.
 CONFIG = ["network", "inputs", "strategy", "partition", "row_partition", "transport",
@@ -38,7 +36,7 @@ SERIAL = ("reference", "kernel")
 PARALLEL = ("data", "model", "hybrid")
 
 
-def _rank(values: pd.Series, order: Sequence[str]) -> pd.Series:
+def rank(values: pd.Series, order: Sequence[str]) -> pd.Series:
     """Position of each value in ``order`` (unknown values last, in their own order)."""
     known = {v: i for i, v in enumerate(order)}
     return values.astype(str).map(lambda v: known.get(v, len(order)))
@@ -51,10 +49,10 @@ def sort_configurations(table: pd.DataFrame) -> pd.DataFrame:
         return table
     keys = pd.DataFrame({
         "network": table["network"].astype(str), "inputs": table["inputs"],
-        "s": _rank(table["strategy"], STRATEGY_ORDER), "t": _rank(table["transport"],
+        "s": rank(table["strategy"], STRATEGY_ORDER), "t": rank(table["transport"],
                                                                   TRANSPORT_ORDER),
         "w": table["workers"], "r": table["row_groups"] if "row_groups" in table else 1,
-        "p": _rank(table["partition"], PARTITION_ORDER),
+        "p": rank(table["partition"], PARTITION_ORDER),
     }, index=table.index)
     order = keys.sort_values(["network", "inputs", "s", "t", "w", "r", "p"],
                              kind="stable").index
@@ -287,43 +285,6 @@ def failures(records: pd.DataFrame) -> pd.DataFrame:
     return sort_configurations(table[table["check"] != "PASS"])
 
 
-def _format(value: object, column: str) -> str:
-    if isinstance(value, float | np.floating):
-        if math.isnan(value):
-            return ""
-        if column in ("edges_per_s",):
-            return f"{value:.3g}"
-        if column in ("seconds",):
-            return f"{value:.3f}"
-        if column in ("predicted_volume", "parts"):
-            return f"{value:,.0f}"
-        if column in ("mb_moved",):
-            return f"{value:.1f}"
-        return f"{value:.2f}"
-    return str(value)
-
-
-def to_markdown(table: pd.DataFrame, columns: Sequence[str] | None = None) -> str:
-    """A GitHub-flavoured markdown table (no extra dependency)."""
-    columns = list(columns or table.columns)
-    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
-    for i in range(len(table)):  # by column: iterrows would turn ints into floats
-        lines.append("| " + " | ".join(_format(table[c].iat[i], c) for c in columns) + " |")
-    return "\n".join(lines)
-
-
-def to_text(table: pd.DataFrame, columns: Sequence[str] | None = None) -> str:
-    """A plain aligned table for the terminal."""
-    columns = list(columns or table.columns)
-    cells = [[_format(table[c].iat[i], c) for c in columns] for i in range(len(table))]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    head = "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))
-    rule = "  ".join("-" * w for w in widths)
-    body = ["  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w)
-                      in enumerate(zip(r, widths, strict=True))) for r in cells]
-    return "\n".join([head, rule, *body])
-
-
 #: The comparison columns the reports show, in order.
 SHOWN = ["strategy", "partition", "row_partition", "transport", "placement",
          "merge_blocks", "weights", "workers",
@@ -499,8 +460,8 @@ def projection_table(projection: pd.DataFrame) -> pd.DataFrame:
     out = projection[PROJECTION_COLUMNS].copy()
     out["held_out"] = out["held_out"].astype(bool)
     keys = pd.DataFrame({"n": out["network"].astype(str), "h": out["held_out"],
-                         "s": _rank(out["strategy"], STRATEGY_ORDER),
-                         "p": _rank(out["partition"], PARTITION_ORDER),
+                         "s": rank(out["strategy"], STRATEGY_ORDER),
+                         "p": rank(out["partition"], PARTITION_ORDER),
                          "w": out["workers"], "r": out["rows"]}, index=out.index)
     order = keys.sort_values(["n", "h", "s", "p", "w", "r"], kind="stable").index
     return out.loc[order].reset_index(drop=True)
@@ -556,10 +517,10 @@ def _sort_series(out: pd.DataFrame, last: str = "layer") -> pd.DataFrame:
     """``out`` sorted by configuration (as :func:`sort_configurations`), then ``last``."""
     keys = pd.DataFrame({
         "n": out["network"].astype(str), "i": out["inputs"],
-        "s": _rank(out["strategy"], STRATEGY_ORDER), "t": _rank(out["transport"],
+        "s": rank(out["strategy"], STRATEGY_ORDER), "t": rank(out["transport"],
                                                                 TRANSPORT_ORDER),
         "w": out["workers"], "r": out["row_groups"],
-        "p": _rank(out["partition"], PARTITION_ORDER), "l": out[last],
+        "p": rank(out["partition"], PARTITION_ORDER), "l": out[last],
     }, index=out.index)
     order = keys.sort_values(list(keys.columns), kind="stable").index
     return out.loc[order].reset_index(drop=True)
@@ -620,7 +581,7 @@ def layer_profile(records: pd.DataFrame, layers: pd.DataFrame) -> pd.DataFrame:
     columns = ["network", "inputs", "source", "layer", "rows_out", "nnz_out"]
     out = []
     for _, rows in problems(table):
-        ranked = rows.assign(_r=_rank(rows["strategy"], ("kernel", "reference", "data")))
+        ranked = rows.assign(_r=rank(rows["strategy"], ("kernel", "reference", "data")))
         ranked = ranked[ranked["_r"] < 3].sort_values("_r", kind="stable")
         for _, run in ranked.iterrows():
             mine = layers[layers["run_id"] == run["run_id"]]
@@ -694,69 +655,3 @@ def block_times(records: pd.DataFrame) -> pd.DataFrame:
            .agg(compute_s=("compute_s", "median"), imbalance=("imbalance", "median"))
            .reset_index())
     return _sort_series(out, last="block")[columns]
-
-
-def plot_communication(records: pd.DataFrame, layers: pd.DataFrame,
-                       path: str | Path) -> Path | None:
-    """MB moved per layer per neuron partition, one panel per model/hybrid configuration of
-    the latest study, partitions that moved identical bytes drawn as one series
-    (:func:`communication_series`); ``None`` when there is no such run. Needs the
-    ``report`` extra."""
-    from .figures import communication_figure, save_png
-
-    series = communication_series(communication(records, layers))
-    if series.empty:
-        return None
-    return save_png(communication_figure(series), path)
-
-
-def _save(plt, fig, path: str | Path) -> Path:
-    """Write ``fig`` as a PNG atomically and free it."""
-    fig.tight_layout()
-    path = Path(path)
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
-    return path
-
-
-def _pyplot():
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as error:  # pragma: no cover - exercised only without the extra
-        raise ImportError(
-            "plots need matplotlib: pip install 'sdnn_dask[report]'"
-        ) from error
-    return plt
-
-
-def plot_comparison(records: pd.DataFrame, path: str | Path) -> Path:
-    """Bar chart of edges/s per configuration of the latest study (needs the ``report`` extra).
-
-    Raises
-    ------
-    ImportError
-        When matplotlib is missing, naming the extra to install.
-    """
-    plt = _pyplot()
-    cmp = comparison(records)
-    labels = [
-        f"{r.strategy}\n{r.partition}" + (
-            f"\n{r.workers}w x {r.blocks}b" if r.strategy == "data"
-            else f"\nk={r.parts}" + (f" x {r.blocks // r.parts}" if r.strategy == "hybrid"
-                                     else "") if r.strategy in ("model", "hybrid") else "")
-        for r in cmp.itertuples()
-    ]
-    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(cmp)), 4))
-    colors = ["#888888" if s in ("reference", "kernel") else "#3b75af" for s in cmp["strategy"]]
-    ax.bar(range(len(cmp)), cmp["edges_per_s"], color=colors)
-    ax.set_xticks(range(len(cmp)), labels, fontsize=8)
-    ax.set_ylabel("edges / s")
-    ax.set_title("Inference rate by strategy (median over repeats)")
-    for i, v in enumerate(cmp["speedup"]):
-        ax.annotate(f"{v:.1f}x", (i, cmp["edges_per_s"].iloc[i]), ha="center", va="bottom",
-                    fontsize=8)
-    return _save(plt, fig, path)

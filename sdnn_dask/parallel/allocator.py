@@ -17,7 +17,7 @@ import ctypes
 import ctypes.util
 import sys
 
-from . import config
+from .. import config
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3

@@ -86,7 +86,7 @@ def bounded_reference(network: Network, inputs: sp.spmatrix | sp.sparray
     Examples
     --------
     >>> import scipy.sparse as sp
-    >>> from sdnn_dask.network import Network
+    >>> from sdnn_dask.core.network import Network
     >>> net = Network([sp.identity(2, format="csr") * 2] * 2, bias=-1.0, ymax=32)
     >>> ref = bounded_reference(net, sp.csr_matrix([[1.0, 0.5], [3.0, 0.0]]))
     >>> ref.output.toarray().tolist(), ref.undecided.tolist()
@@ -258,7 +258,7 @@ def check_result(output: sp.spmatrix | sp.sparray, reference: BoundedReference) 
     Examples
     --------
     >>> import scipy.sparse as sp
-    >>> from sdnn_dask.network import Network
+    >>> from sdnn_dask.core.network import Network
     >>> net = Network([sp.identity(2, format="csr") * 2] * 2, bias=-1.0, ymax=32)
     >>> ref = bounded_reference(net, sp.csr_matrix([[1.0, 0.5], [3.0, 0.0]]))
     >>> check_result(sp.csr_matrix([[1.0, 0.0], [9.0, 0.0]]), ref).passed

@@ -38,6 +38,7 @@ from typing import Any
 from distributed import Client, Future, get_worker, secede, wait
 from distributed.worker import thread_state
 
+from ..faults import WorkerLostError, connected
 from ..slabs import PartPlan, Slab, part_layer_step, piece_for
 from .exchange import (
     EXTENSION,
@@ -48,7 +49,6 @@ from .exchange import (
     unpack,
     wait_pieces,
 )
-from .faults import WorkerLostError, connected
 
 #: How often a waiting part checks that its task is still wanted, and the client that
 #: the run's workers are still connected.

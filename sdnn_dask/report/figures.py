@@ -1,4 +1,4 @@
-"""The report's plots: matplotlib figures of the tables in :mod:`sdnn_dask.report`.
+"""The report's plots: matplotlib figures of the tables in :mod:`sdnn_dask.report.tables`.
 
 Each ``*_figure`` function takes one problem's table (one network and input size) and
 returns a :class:`matplotlib.figure.Figure` (made without pyplot: no global state, no
@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from ._files import atomic_path
-from .report import (
+from ..files import atomic_path
+from .tables import (
     PARALLEL,
     PARTITION_ORDER,
     SERIAL,
@@ -31,8 +31,11 @@ from .report import (
     STRATEGY_ORDER,
     TIME_PARTS,
     TRANSPORT_ORDER,
-    _rank,
+    communication,
+    communication_series,
+    comparison,
     count,
+    rank,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -50,7 +53,7 @@ STRATEGY_MARKERS = {"reference": "*", "kernel": "*", "data": "o", "model": "s",
                     "hybrid": "^"}
 LINES = {"reference": ":", "kernel": ":", "data": "-", "model": "--", "hybrid": "-."}
 SERIAL_COLOURS = {"reference": "#7f7f7f", "kernel": "#000000"}
-#: Colours of the per-layer time components (:data:`sdnn_dask.report.TIME_PARTS`).
+#: Colours of the per-layer time components (:data:`sdnn_dask.report.tables.TIME_PARTS`).
 TIME_COLOURS = {"seconds": "#4c72b0", "wait_s": "#dd8452", "send_s": "#55a868",
                 "deserialise_s": "#8172b3"}
 TIME_SHORT = {"seconds": "compute", "wait_s": "wait", "send_s": "send",
@@ -183,7 +186,7 @@ def rate_figure(cmp: pd.DataFrame, *, title: str = "") -> Figure | None:
     Parameters
     ----------
     cmp
-        One problem's :func:`sdnn_dask.report.comparison` rows. At a worker count where a
+        One problem's :func:`sdnn_dask.report.tables.comparison` rows. At a worker count where a
         series has several configurations (e.g. block counts), the fastest is drawn.
         Serial runs are horizontal lines; configurations that failed the check are
         crossed out in red. Points are dodged sideways (:func:`_dodge`) so that
@@ -205,9 +208,9 @@ def rate_figure(cmp: pd.DataFrame, *, title: str = "") -> Figure | None:
     parallel = cmp[cmp["strategy"].isin(PARALLEL)].copy()
     # data parallelism's row groups are its blocks: a series runs over them
     parallel["_groups"] = parallel["row_groups"].where(parallel["strategy"] == "hybrid", 1)
-    parallel = parallel.assign(_s=_rank(parallel["strategy"], STRATEGY_ORDER),
-                               _t=_rank(parallel["transport"], TRANSPORT_ORDER),
-                               _p=_rank(parallel["partition"], PARTITION_ORDER))
+    parallel = parallel.assign(_s=rank(parallel["strategy"], STRATEGY_ORDER),
+                               _t=rank(parallel["transport"], TRANSPORT_ORDER),
+                               _p=rank(parallel["partition"], PARTITION_ORDER))
     parallel = parallel.sort_values(["_s", "_t", "_groups", "_p"], kind="stable")
     keys = ["strategy", "partition", "row_partition", "transport", "_groups"]
     for _, rows in parallel.groupby(keys, sort=False, dropna=False):
@@ -250,7 +253,7 @@ def rate_figure(cmp: pd.DataFrame, *, title: str = "") -> Figure | None:
 
 def block_time_figure(blocks: pd.DataFrame, *, title: str = "") -> Figure | None:
     """Compute time of every block, one panel per configuration, the partitions' bars side
-    by side (``blocks``: one problem's :func:`sdnn_dask.report.block_times`)."""
+    by side (``blocks``: one problem's :func:`sdnn_dask.report.tables.block_times`)."""
     if blocks.empty:
         return None
     configs = _configs(blocks)
@@ -286,7 +289,7 @@ def block_time_figure(blocks: pd.DataFrame, *, title: str = "") -> Figure | None
 
 def survivors_figure(profile: pd.DataFrame, *, title: str = "") -> Figure | None:
     """Surviving rows and nonzeros after each layer (``profile``: one problem's
-    :func:`sdnn_dask.report.layer_profile`)."""
+    :func:`sdnn_dask.report.tables.layer_profile`)."""
     if profile.empty:
         return None
     fig = _figure(11, 3.8)
@@ -318,7 +321,7 @@ def survivors_figure(profile: pd.DataFrame, *, title: str = "") -> Figure | None
 def layer_time_figure(times: pd.DataFrame, *, title: str = "") -> Figure | None:
     """Where a part's time goes in each layer: compute, waiting, sending, deserialising,
     stacked, one panel per direct-transport model/hybrid configuration (``times``: one
-    problem's :func:`sdnn_dask.report.layer_times`)."""
+    problem's :func:`sdnn_dask.report.tables.layer_times`)."""
     if times.empty:
         return None
     panels = []
@@ -369,7 +372,7 @@ def communication_figure(series: pd.DataFrame, *, title: str = "") -> Figure | N
     """MB moved between workers per layer, one panel per model/hybrid configuration, one
     line per neuron partition; partitions that moved identical bytes in every layer are
     one line labelled ``block = hash = ...`` (``series``:
-    :func:`sdnn_dask.report.communication_series`). Each line has its own marker and its
+    :func:`sdnn_dask.report.tables.communication_series`). Each line has its own marker and its
     markers are staggered, so lines that nearly coincide stay distinguishable."""
     if series.empty:
         return None
@@ -412,7 +415,7 @@ def communication_figure(series: pd.DataFrame, *, title: str = "") -> Figure | N
 def projection_figure(projection: pd.DataFrame, *, title: str = "") -> Figure | None:
     """Projected against measured seconds, log-log, with the y = x line; held-out points
     (not used to fit the projection) drawn as large hollow markers (``projection``:
-    :func:`sdnn_dask.report.projection_table`)."""
+    :func:`sdnn_dask.report.tables.projection_table`)."""
     if projection.empty:
         return None
     fig = _figure(7.6, 5.4)
@@ -424,8 +427,8 @@ def projection_figure(projection: pd.DataFrame, *, title: str = "") -> Figure | 
     low, high = values.min() / 1.5, values.max() * 1.5
     ax.plot([low, high], [low, high], color="#888888", linestyle="--", linewidth=1,
             label="projected = measured")
-    order = projection.assign(_s=_rank(projection["strategy"], STRATEGY_ORDER),
-                              _p=_rank(projection["partition"], PARTITION_ORDER))
+    order = projection.assign(_s=rank(projection["strategy"], STRATEGY_ORDER),
+                              _p=rank(projection["partition"], PARTITION_ORDER))
     for _, rows in order.sort_values(["_s", "_p"], kind="stable").groupby(
             ["strategy", "partition"], sort=False):
         strategy, partition = str(rows["strategy"].iloc[0]), str(rows["partition"].iloc[0])
@@ -477,7 +480,7 @@ __all__ = [
 
 def imbalance_figure(cmp: pd.DataFrame, *, title: str = "") -> Figure | None:
     """Data parallelism's imbalance and time against the number of row blocks, one line per
-    row partition and placement (``cmp``: one problem's :func:`sdnn_dask.report.
+    row partition and placement (``cmp``: one problem's :func:`sdnn_dask.report.tables.
     comparison` rows); ``None`` without data runs at two or more block counts on one
     worker count."""
     data = cmp[cmp["strategy"].astype(str) == "data"]
@@ -542,7 +545,7 @@ def training_figure(steps: pd.DataFrame, *, title: str = "") -> Figure | None:
     drawn as lines over the whole batch axis through the measured points, with the batch
     where they cross marked; serial moves nothing and is in the seconds panel only.
     ``None`` without steps."""
-    from .training.compare import crossover
+    from ..training.compare import crossover
 
     if steps.empty:
         return None
@@ -558,9 +561,9 @@ def training_figure(steps: pd.DataFrame, *, title: str = "") -> Figure | None:
     span = np.geomspace(low, high, 50)
     fig = _figure(12, 4.6)
     ax_bytes, ax_seconds = fig.subplots(1, 2)
-    order = medians.assign(_s=_rank(medians["strategy"].replace({"serial": "kernel"}),
+    order = medians.assign(_s=rank(medians["strategy"].replace({"serial": "kernel"}),
                                     STRATEGY_ORDER),
-                           _p=_rank(medians["partition"], PARTITION_ORDER))
+                           _p=rank(medians["partition"], PARTITION_ORDER))
     for (strategy, partition, workers), rows in order.sort_values(
             ["_s", "_p", "workers"], kind="stable").groupby(
             ["strategy", "partition", "workers"], sort=False):
@@ -613,3 +616,67 @@ def training_figure(steps: pd.DataFrame, *, title: str = "") -> Figure | None:
     ax_seconds.set_title("seconds", fontsize=10)
     fig.suptitle("Training steps against the batch" + title)
     return fig
+
+
+def plot_communication(records: pd.DataFrame, layers: pd.DataFrame,
+                       path: str | Path) -> Path | None:
+    """MB moved per layer per neuron partition, one panel per model/hybrid configuration of
+    the latest study, partitions that moved identical bytes drawn as one series
+    (:func:`communication_series`); ``None`` when there is no such run. Needs the
+    ``report`` extra."""
+    series = communication_series(communication(records, layers))
+    if series.empty:
+        return None
+    return save_png(communication_figure(series), path)
+
+
+def _save(plt, fig, path: str | Path) -> Path:
+    """Write ``fig`` as a PNG atomically and free it."""
+    fig.tight_layout()
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)
+    return path
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as error:  # pragma: no cover - exercised only without the extra
+        raise ImportError(
+            "plots need matplotlib: pip install 'sdnn_dask[report]'"
+        ) from error
+    return plt
+
+
+def plot_comparison(records: pd.DataFrame, path: str | Path) -> Path:
+    """Bar chart of edges/s per configuration of the latest study (needs the ``report`` extra).
+
+    Raises
+    ------
+    ImportError
+        When matplotlib is missing, naming the extra to install.
+    """
+    plt = _pyplot()
+    cmp = comparison(records)
+    labels = [
+        f"{r.strategy}\n{r.partition}" + (
+            f"\n{r.workers}w x {r.blocks}b" if r.strategy == "data"
+            else f"\nk={r.parts}" + (f" x {r.blocks // r.parts}" if r.strategy == "hybrid"
+                                     else "") if r.strategy in ("model", "hybrid") else "")
+        for r in cmp.itertuples()
+    ]
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(cmp)), 4))
+    colors = ["#888888" if s in ("reference", "kernel") else "#3b75af" for s in cmp["strategy"]]
+    ax.bar(range(len(cmp)), cmp["edges_per_s"], color=colors)
+    ax.set_xticks(range(len(cmp)), labels, fontsize=8)
+    ax.set_ylabel("edges / s")
+    ax.set_title("Inference rate by strategy (median over repeats)")
+    for i, v in enumerate(cmp["speedup"]):
+        ax.annotate(f"{v:.1f}x", (i, cmp["edges_per_s"].iloc[i]), ha="center", va="bottom",
+                    fontsize=8)
+    return _save(plt, fig, path)

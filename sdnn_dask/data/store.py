@@ -22,7 +22,7 @@ same from the challenge's text files, one Dask task per file.
 its size, its ``.npy`` header's dtype and shape) and the contents of a layer when it is
 first read (see :meth:`NetworkStore.layer`); :meth:`NetworkStore.verify` also compares
 every file with its SHA-256. Anything wrong is a
-:class:`~sdnn_dask.io.ChallengeFormatError` naming the file.
+:class:`~sdnn_dask.data.io.ChallengeFormatError` naming the file.
 """
 
 from __future__ import annotations
@@ -45,9 +45,11 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from . import config, io
+from .. import config
+from ..core.network import Network, as_csr32
+from ..version import __version__
+from . import io
 from .io import ChallengeFormatError
-from .network import Network, as_csr32
 
 __all__ = ["FORMAT", "MANIFEST", "VERSION", "NetworkStore", "StoreWriter", "check_destination",
            "convert_challenge", "convert_layer", "open_store", "write_layer_files",
@@ -65,12 +67,6 @@ BIAS_FILE = "bias.npy"
 #: A layer's arrays, in file order, with their exact on-disk dtypes.
 _PARTS = (("indptr", np.dtype("<i8")), ("indices", np.dtype("<i4")), ("data", np.dtype("<f4")))
 _BLOCK = 1 << 20
-
-
-def _version() -> str:
-    from . import __version__  # here: the package may import this module before setting it
-
-    return __version__
 
 
 def layer_file(layer: int, part: str) -> str:
@@ -124,7 +120,7 @@ def write_layer_files(folder: PathLike, layer: int, matrix: sp.spmatrix | sp.spa
         1-based layer number: the files are ``l{layer}.indptr.npy`` and so on.
     matrix
         The weights, ``n_neurons x n_neurons``; made canonical float32 CSR first
-        (:func:`~sdnn_dask.network.as_csr32`).
+        (:func:`~sdnn_dask.core.network.as_csr32`).
     source
         What the layer was converted from, recorded in the manifest as given.
 
@@ -165,7 +161,7 @@ def convert_layer(path: PathLike, n_neurons: int, layer: int, folder: PathLike
     Raises
     ------
     ChallengeFormatError
-        The file is malformed (see :func:`sdnn_dask.io.read_triples`).
+        The file is malformed (see :func:`sdnn_dask.data.io.read_triples`).
     """
     path = Path(path)
     try:
@@ -317,7 +313,7 @@ class StoreWriter:
             "bias": self._bias_entry(bias, n_neurons),
             "ymax": float(config.get("ymax") if ymax is None else ymax),
             "source": source,
-            "written_by": f"sdnn_dask {_version()}",
+            "written_by": f"sdnn_dask {__version__}",
             "layers": layers,
         }
         if not (math.isfinite(manifest["ymax"]) and manifest["ymax"] > 0):
@@ -396,7 +392,7 @@ def write_store(
     n_neurons
         N.
     bias, ymax
-        As in :class:`~sdnn_dask.network.Network` (``None``: the challenge value for N,
+        As in :class:`~sdnn_dask.core.network.Network` (``None``: the challenge value for N,
         ``sdnn.ymax``). A bias the same for every neuron is stored as one number.
     name
         The network's label.
@@ -419,7 +415,7 @@ def write_store(
     Examples
     --------
     >>> import tempfile
-    >>> from sdnn_dask.radixnet import make_network
+    >>> from sdnn_dask.data.radixnet import make_network
     >>> net = make_network(1024, 3)
     >>> folder = write_store(tempfile.mkdtemp() + "/net", net.layers, n_neurons=1024,
     ...                      bias=net.bias, ymax=net.ymax, name=net.name)
@@ -443,7 +439,7 @@ def write_store(
 
 def write_network(folder: PathLike, network: Network, *, source: dict[str, Any] | None = None,
                   overwrite: bool = False, progress: Progress | None = None) -> Path:
-    """Write a :class:`~sdnn_dask.network.Network` as a store (see :func:`write_store`)."""
+    """Write a :class:`~sdnn_dask.core.network.Network` as a store (see :func:`write_store`)."""
     return write_store(folder, network.layers, n_neurons=network.n_neurons, bias=network.bias,
                        ymax=network.ymax, name=network.name, source=source,
                        overwrite=overwrite, progress=progress)
@@ -482,7 +478,7 @@ def convert_challenge(
         As in :func:`write_store`.
     name
         The network's label (default ``{directory name}-{N}-{L}``, as
-        :func:`~sdnn_dask.io.read_network` names it).
+        :func:`~sdnn_dask.data.io.read_network` names it).
     progress
         Called as ``progress(done, n_layers)`` as each file is converted.
 
@@ -667,7 +663,7 @@ def _read_manifest(folder: Path) -> dict[str, Any]:
         raise _bad_manifest(path, f"format {manifest.get('format')!r}")
     if manifest.get("version") != VERSION:
         raise ChallengeFormatError(path, f"version {manifest.get('version')!r} of {FORMAT}; "
-                                   f"this sdnn_dask {_version()} reads version {VERSION} only")
+                                   f"this sdnn_dask {__version__} reads version {VERSION} only")
     n = _integer(manifest.get("n_neurons"), "n_neurons", path, 1)
     n_layers = _integer(manifest.get("n_layers"), "n_layers", path, 1)
     layers = manifest.get("layers")
@@ -738,9 +734,9 @@ class NetworkStore:
     manifest
         The manifest, as read.
     n_neurons, n_layers, edges, name, ymax
-        As in :class:`~sdnn_dask.network.Network`.
+        As in :class:`~sdnn_dask.core.network.Network`.
     bias
-        The per-neuron bias, float32 (N,), as in :class:`~sdnn_dask.network.Network` (the
+        The per-neuron bias, float32 (N,), as in :class:`~sdnn_dask.core.network.Network` (the
         manifest keeps one number when every neuron has the same).
     source
         What the store was written from (the manifest's ``source``; ``None`` if unknown).
@@ -885,7 +881,7 @@ class NetworkStore:
                                        "only (a zero is no edge)")
         # the compiled pass said no, these found nothing: never accept the layer silently
         raise ChallengeFormatError(where["indptr"], "fails the layer's checks; expected "
-                                   "canonical CSR (see sdnn_dask.store)")
+                                   "canonical CSR (see sdnn_dask.data.store)")
 
     def layers(self, window: int = 2) -> Iterator[sp.csr_matrix]:
         """Every layer in order, the next ``window`` prepared by a background thread.

@@ -8,19 +8,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from . import config
-
-
-def as_csr32(matrix: sp.spmatrix | sp.sparray | np.ndarray) -> sp.csr_matrix:
-    """Return ``matrix`` as canonical float32 CSR (sorted, duplicates summed, no zeros).
-
-    Explicit zeros are dropped: in the challenge a stored zero is no edge. Returns the
-    input itself when it is already canonical float32 CSR.
-    """
-    csr = sp.csr_matrix(matrix, dtype=np.float32, copy=False)
-    csr.sum_duplicates()  # also sorts indices
-    csr.eliminate_zeros()
-    return csr
+from .. import config
+from .csr import as_csr32, pattern_order, transpose
 
 
 @dataclass(eq=False)
@@ -97,8 +86,6 @@ class Network:
     def transposed(self) -> list[sp.csr_matrix]:
         """``W_k^T`` in CSR (the CSC of ``W_k``), built once, for the dense kernel."""
         if self._transposed is None:
-            from .kernels import transpose  # here: kernels imports this module
-
             self._transposed = [transpose(w) for w in self.layers]
         return self._transposed
 
@@ -114,16 +101,3 @@ class Network:
         if self._output_order is None:
             self._output_order = [pattern_order(wt) for wt in self.transposed]
         return self._output_order
-
-
-def pattern_order(csr: sp.csr_matrix) -> np.ndarray:
-    """An order of the rows of ``csr`` by (first column, last column), grouping rows with
-    the same pattern: given ``W^T``, the output neurons' order the dense kernel visits
-    (:attr:`Network.output_order`); given ``W``, the inputs' (for
-    :func:`~sdnn_dask.kernels.dense_step_w`)."""
-    nonempty = np.diff(csr.indptr) > 0
-    first = np.full(csr.shape[0], -1, dtype=np.int64)
-    last = np.full(csr.shape[0], -1, dtype=np.int64)
-    first[nonempty] = csr.indices[csr.indptr[:-1][nonempty]]
-    last[nonempty] = csr.indices[csr.indptr[1:][nonempty] - 1]
-    return np.lexsort((last, first)).astype(np.int64)

@@ -2,9 +2,9 @@
 
 A network larger than memory cannot be held by every worker (nor by one process), so a
 run over it goes layer by layer: every row a process holds through layer 1, then all of
-them through layer 2, ... (:func:`~sdnn_dask.kernels.stream_blocks`). A
+them through layer 2, ... (:func:`~sdnn_dask.core.kernels.stream_blocks`). A
 :class:`StreamedNetwork` is the network such a run sees. It has a
-:class:`~sdnn_dask.network.Network`'s attributes (N, L, bias, clamp, name, edges) but no
+:class:`~sdnn_dask.core.network.Network`'s attributes (N, L, bias, clamp, name, edges) but no
 layers in memory: :meth:`StreamedNetwork.kernel_layers` yields each layer's weights and an
 order of its inputs, prepared by two background threads ``window`` layers ahead of the one
 computing (reading the files, checking them on their first read), so reading overlaps
@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from . import config
-from .kernels import InputOrder, input_order
+from .. import config
+from ..core.kernels import InputOrder, input_order
 from .store import NetworkStore, open_store
 
 __all__ = ["StreamedNetwork", "resident_bytes"]
@@ -72,7 +72,7 @@ class StreamedNetwork:
     Parameters
     ----------
     store
-        A :class:`~sdnn_dask.store.NetworkStore`, or its folder.
+        A :class:`~sdnn_dask.data.store.NetworkStore`, or its folder.
     n_layers
         Layers to run (default: all the store holds).
     window
@@ -80,7 +80,7 @@ class StreamedNetwork:
 
     Examples
     --------
-    >>> from sdnn_dask.kernels import stream_blocks  # doctest: +SKIP
+    >>> from sdnn_dask.core.kernels import stream_blocks  # doctest: +SKIP
     >>> net = StreamedNetwork("data/stores/radixnet-65536-1920")  # doctest: +SKIP
     >>> out, = stream_blocks(net, [inputs])  # doctest: +SKIP
     """
@@ -125,7 +125,7 @@ class StreamedNetwork:
         """Each layer's ``(W, None, input order)``, in order, as the kernel needs them.
 
         No transpose: the kernel's dense step then walks ``W`` itself
-        (:func:`~sdnn_dask.kernels.dense_step_w`), visiting the inputs in an order that
+        (:func:`~sdnn_dask.core.kernels.dense_step_w`), visiting the inputs in an order that
         groups those feeding the same outputs, four at a time where four feed the same
         ones; measured at N = 65536 with 34 live rows (``benchmarks/bench_dense_w.py``),
         that step is faster than the one on ``W^T``, and building ``W^T`` would cost more

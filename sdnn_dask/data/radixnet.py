@@ -20,8 +20,8 @@ from collections.abc import Iterator
 import numpy as np
 import scipy.sparse as sp
 
+from ..core.network import Network
 from .images import make_inputs
-from .network import Network
 
 __all__ = ["block_permutations", "make_inputs", "make_network", "radixnet_layer"]
 
@@ -109,7 +109,7 @@ def make_network(
     seed
         Seeds the per-block row permutations; same seed, same network.
     bias, ymax
-        As in :class:`~sdnn_dask.network.Network` (challenge values by default).
+        As in :class:`~sdnn_dask.core.network.Network` (challenge values by default).
 
     Examples
     --------
@@ -124,7 +124,7 @@ def make_network(
 def iter_layers(n_neurons: int = 1024, n_layers: int = 120, *, seed: int = 0
                 ) -> Iterator[sp.csr_matrix]:
     """:func:`make_network`'s layers one at a time (the same matrices), so a network
-    larger than memory can be written to a store (:func:`sdnn_dask.store.write_store`)
+    larger than memory can be written to a store (:func:`sdnn_dask.data.store.write_store`)
     while it is generated."""
     if n_layers < 1:
         raise ValueError(f"n_layers must be >= 1, got {n_layers}")

@@ -34,17 +34,25 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from . import config
-from .network import Network, as_csr32, pattern_order
+from .. import config
+from .csr import (
+    as_csr32,
+    column_nnz,
+    compact_columns,
+    csr_to_dense_t,
+    dense_t_to_csr,
+    pattern_order,
+)
+from .network import Network
 
 #: Rows of the dense tile processed together (1 KiB per neuron row): the ~32 input rows
 #: feeding one output then come from a 1 MiB slab (L2). Measured on the official
 #: 1024-neuron layers: 6-8 GFMA/s at 128-512 rows, 3.5-4 at 1024 rows or more.
-_ROW_TILE = 256
+ROW_TILE = 256
 
 #: Fixed cost of a dense layer, in rows' worth of work: the density needed to go dense is
-#: ``threshold * (1 + _SETUP_ROWS / rows)``.
-_SETUP_ROWS = 100.0
+#: ``threshold * (1 + SETUP_ROWS / rows)``.
+SETUP_ROWS = 100.0
 
 
 @numba.njit(nogil=True, cache=True)
@@ -103,7 +111,7 @@ def dense_step(yt, wtp, wti, wtx, bias, ymax, zt, row_tile, order):  # pragma: n
     Writes the ``n_out x rows`` output into ``zt`` (any contents; every entry is written)
     and returns ``(alive, nnz)``: which rows have a nonzero, and the number of nonzeros.
     Output neurons are visited in ``order`` (a permutation; see
-    :attr:`~sdnn_dask.network.Network.output_order`), which only affects speed. An
+    :attr:`~sdnn_dask.core.network.Network.output_order`), which only affects speed. An
     ``order`` of some neurons only writes (and counts) those: model-parallel training
     forms the neurons other parts read first, sends them, then forms the rest.
     """
@@ -265,109 +273,12 @@ class InputOrder(NamedTuple):
 
 def input_order(w: sp.csr_matrix) -> InputOrder:
     """The inputs of ``W`` (CSR) grouped by their columns
-    (:func:`~sdnn_dask.network.pattern_order`), and where four in a row feed the same
+    (:func:`~sdnn_dask.core.network.pattern_order`), and where four in a row feed the same
     outputs (RadiX-Net: 16 inputs share each pattern)."""
     order = pattern_order(w)
     return InputOrder(order, _same_fours(w.indptr, w.indices, order))
 
 
-@numba.njit(nogil=True, cache=True)
-def _csr_to_dense_t(yp, yi, yx, out):  # pragma: no cover
-    """Scatter CSR rows into the dense transposed tile ``out`` (``n x rows``)."""
-    out[:, :] = 0.0
-    for r in range(yp.shape[0] - 1):
-        for p in range(yp[r], yp[r + 1]):
-            out[yi[p], r] = yx[p]
-
-
-@numba.njit(nogil=True, cache=True)
-def _compact_columns(src, alive, dst):  # pragma: no cover
-    """Copy the ``alive`` columns of ``src`` into ``dst`` (``n x alive.sum()``)."""
-    for k in range(src.shape[0]):
-        c = 0
-        for r in range(src.shape[1]):
-            if alive[r]:
-                dst[k, c] = src[k, r]
-                c += 1
-
-
-@numba.njit(nogil=True, cache=True)
-def _column_nnz(tile):  # pragma: no cover
-    """Nonzeros of each column of ``tile``."""
-    counts = np.zeros(tile.shape[1], np.int64)
-    for k in range(tile.shape[0]):
-        for r in range(tile.shape[1]):
-            if tile[k, r] != 0.0:
-                counts[r] += 1
-    return counts
-
-
-@numba.njit(nogil=True, cache=True)
-def _dense_t_to_csr(yt):  # pragma: no cover
-    """``(indptr, indices, data)`` of the CSR of ``yt.T``, scanning ``yt`` row-major."""
-    n, rows = yt.shape
-    counts = _column_nnz(yt)
-    indptr = np.zeros(rows + 1, np.int64)
-    for r in range(rows):
-        indptr[r + 1] = indptr[r] + counts[r]
-    indices = np.empty(indptr[rows], np.int32)
-    data = np.empty(indptr[rows], np.float32)
-    at = indptr[:rows].copy()
-    for k in range(n):
-        for r in range(rows):
-            v = yt[k, r]
-            if v != 0.0:
-                indices[at[r]] = k
-                data[at[r]] = v
-                at[r] += 1
-    return indptr, indices, data
-
-
-@numba.njit(nogil=True, cache=True)
-def _transpose(indptr, indices, data, n_cols):  # pragma: no cover - compiled
-    # (A two-pass form, bucketing columns first for locality, measured no faster at
-    # N = 65536: 37-49 ms against 36 ms a layer.)
-    nnz = indices.shape[0]
-    tp = np.zeros(n_cols + 1, np.int64)
-    for p in range(nnz):
-        tp[indices[p] + 1] += 1
-    for j in range(n_cols):
-        tp[j + 1] += tp[j]
-    fill = tp[:-1].copy()
-    ti = np.empty(nnz, np.int32)
-    tx = np.empty(nnz, np.float32)
-    for i in range(indptr.shape[0] - 1):  # rows in order: each column's entries sorted
-        for p in range(indptr[i], indptr[i + 1]):
-            q = fill[indices[p]]
-            ti[q] = i
-            tx[q] = data[p]
-            fill[indices[p]] = q + 1
-    return tp, ti, tx
-
-
-def transpose(w: sp.csr_matrix) -> sp.csr_matrix:
-    """``w.T`` as canonical float32 CSR (the CSC of ``w``), ``w`` canonical float32 CSR.
-
-    Compiled, releasing the GIL: a network streamed from a store transposes each layer
-    in a background thread while the previous one computes. The row pointers stay int32
-    where they fit, as scipy's.
-    """
-    tp, ti, tx = _transpose(w.indptr, w.indices, w.data, w.shape[1])
-    if tp[-1] <= np.iinfo(np.int32).max:
-        tp = tp.astype(np.int32)
-    out = sp.csr_matrix((tx, ti, tp), shape=(w.shape[1], w.shape[0]), copy=False)
-    out.has_sorted_indices = True
-    out.has_canonical_format = True
-    return out
-
-
-def dense_t_to_csr(yt: np.ndarray) -> sp.csr_matrix:
-    """The ``rows x n`` CSR of a dense transposed tile."""
-    indptr, indices, data = _dense_t_to_csr(yt)
-    csr = sp.csr_matrix((data, indices, indptr), shape=(yt.shape[1], yt.shape[0]))
-    csr.has_sorted_indices = True  # canonical by construction: sorted, no zeros
-    csr.has_canonical_format = True
-    return csr
 
 
 @dataclass
@@ -482,7 +393,7 @@ def forward_block(
     Examples
     --------
     >>> import scipy.sparse as sp
-    >>> from sdnn_dask.network import Network
+    >>> from sdnn_dask.core.network import Network
     >>> net = Network([sp.identity(4, format="csr") * 2] * 2, bias=-1.0, ymax=32)
     >>> out = forward_block(net, sp.csr_matrix([[1, 0, 0, 0], [0, 0, 0, 0], [3, 1, 0, 0]]))
     >>> out.rows.tolist(), out.values.toarray().tolist()
@@ -578,7 +489,7 @@ def stream_blocks(network: Network, blocks: list[sp.csr_matrix | sp.sparray],
     then all through layer 2, and so on, so each layer is read once.
 
     The way to run a network streamed from a store
-    (:class:`~sdnn_dask.streaming.StreamedNetwork`), which yields its layers once, in
+    (:class:`~sdnn_dask.data.streaming.StreamedNetwork`), which yields its layers once, in
     order; on a network in memory it equals :func:`forward_block` on each block row for
     row (to float rounding: a chunk may take the other path), and is slower, since early
     layers then hold every chunk's tile at once instead of one chunk's at a time.
@@ -869,25 +780,25 @@ class _Chunk:
         rows, n = len(self.live), w.shape[1]
         # A dense layer costs ~n_out * 32 loop set-ups whatever the row count, so few rows
         # need a higher density to pay for it (measured crossover: ~5 rows when full).
-        dense = self.nnz >= threshold * (1.0 + _SETUP_ROWS / rows) * n * rows
+        dense = self.nnz >= threshold * (1.0 + SETUP_ROWS / rows) * n * rows
         if dense:
             if self._buffers is None:
                 c = self.csr
                 self._attach(pool, capacity)
-                _csr_to_dense_t(c.indptr, c.indices, c.data, self.dense_t)
+                csr_to_dense_t(c.indptr, c.indices, c.data, self.dense_t)
                 self.csr = None
             out = self._view(1 - self._current, rows)
             if wt is None:  # streamed: no transpose, ``order`` an InputOrder
                 alive, self.nnz = dense_step_w(self.dense_t, w.indptr, w.indices, w.data,
-                                               bias, ymax, out, _ROW_TILE, order.order,
+                                               bias, ymax, out, ROW_TILE, order.order,
                                                order.fours)
             else:
                 alive, self.nnz = dense_step(self.dense_t, wt.indptr, wt.indices, wt.data,
-                                             bias, ymax, out, _ROW_TILE, order)
+                                             bias, ymax, out, ROW_TILE, order)
             self._current = 1 - self._current
             if not alive.all():
                 keep = int(alive.sum())
-                _compact_columns(out, alive, self._view(1 - self._current, keep))
+                compact_columns(out, alive, self._view(1 - self._current, keep))
                 self.live = self.live[alive]
                 self._current = 1 - self._current
             if not len(self.live):
@@ -906,7 +817,7 @@ class _Chunk:
             return np.zeros(0, np.int64)
         if self.csr is not None:
             return np.diff(self.csr.indptr)
-        return _column_nnz(self.dense_t)
+        return column_nnz(self.dense_t)
 
     def to_csr(self, pool: _BufferPool | None = None) -> sp.csr_matrix:
         """The live rows as CSR (``len(live) x n``); a dense chunk becomes sparse."""
@@ -958,7 +869,7 @@ class _Chunk:
             source = c.dense_t
             if source is None:  # a sparse chunk among dense ones
                 source = np.empty((n, len(c.live)), np.float32)
-                _csr_to_dense_t(c.csr.indptr, c.csr.indices, c.csr.data, source)
+                csr_to_dense_t(c.csr.indptr, c.csr.indices, c.csr.data, source)
             done = 0
             while done < len(c.live):
                 part = packed[position // chunk_rows]
@@ -981,7 +892,7 @@ class _Chunk:
             if c.dense_t is not None:
                 every[:, at : at + len(c.live)] = c.dense_t
             else:
-                _csr_to_dense_t(c.csr.indptr, c.csr.indices, c.csr.data,
+                csr_to_dense_t(c.csr.indptr, c.csr.indices, c.csr.data,
                                 every[:, at : at + len(c.live)])
             at += len(c.live)
             c.release(pool)
@@ -1010,5 +921,5 @@ def warm_up_kernels() -> str:
     w, yt = tiny.layers[0], np.ones((32, 4), np.float32)  # the streamed dense step
     walk = input_order(w)
     dense_step_w(yt, w.indptr, w.indices, w.data, tiny.bias, np.float32(tiny.ymax),
-                 np.empty_like(yt), _ROW_TILE, walk.order, walk.fours)
+                 np.empty_like(yt), ROW_TILE, walk.order, walk.fours)
     return "ok"

@@ -3,7 +3,7 @@ twin) made from the records alone.
 
 :func:`html_report` returns the page: failures first, then per problem (network and
 inputs) a headline computed from the data, the comparison table and the plots of
-:mod:`sdnn_dask.figures` embedded as base64 PNG ``data:`` URIs, then, when given, projected
+:mod:`sdnn_dask.report.figures` embedded as base64 PNG ``data:`` URIs, then, when given, projected
 against measured times. Inline CSS, no script, no external resource. Without matplotlib
 the page keeps its tables and says which extra to install.
 
@@ -22,9 +22,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..files import atomic_path, write_text_atomic
+from ..formatting import format_cell
 from . import figures
-from . import report as rp
-from ._files import atomic_path, write_text_atomic
+from . import tables as rp
 
 DEFAULT_TITLE = "sdnn_dask report"
 
@@ -101,10 +102,10 @@ def build(runs: pd.DataFrame, layers: pd.DataFrame, *,
     ----------
     runs, layers
         Run and layer records (:func:`sdnn_dask.records.read_records`); the latest study
-        is reported (:func:`sdnn_dask.report.latest_study`).
+        is reported (:func:`sdnn_dask.report.tables.latest_study`).
     projection
         Optional projected against measured seconds (columns
-        :data:`sdnn_dask.report.PROJECTION_COLUMNS`).
+        :data:`sdnn_dask.report.tables.PROJECTION_COLUMNS`).
     title
         The page's title.
     """
@@ -255,7 +256,7 @@ def _cell(value: object, column: str) -> tuple[str, str]:
         return "", "" if column in _TEXT_COLUMNS else "num"
     if isinstance(value, int | np.integer):
         return f"{int(value):,}", "num"
-    text = rp._format(value, column)
+    text = format_cell(value, column)
     return text, "" if column in _TEXT_COLUMNS else "num"
 
 
@@ -302,7 +303,7 @@ def _failure_html(failed: pd.DataFrame) -> str:
 
 
 def _html_columns(cmp: pd.DataFrame) -> list[str]:
-    """The comparison's columns on the page: :data:`sdnn_dask.report.SHOWN` less the
+    """The comparison's columns on the page: :data:`sdnn_dask.report.tables.SHOWN` less the
     empty ones, less ``repeats`` when every configuration has the same count (said under
     the table instead), and less ``survivor_imbalance`` (in the markdown)."""
     columns = [c for c in rp.shown_columns(cmp) if c != "survivor_imbalance"]
