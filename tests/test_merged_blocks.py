@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from sdnn_dask.core import kernels
 from sdnn_dask.core.kernels import KernelSettings, finish_blocks, forward_blocks, start_block
+from sdnn_dask.core.kernels.chunks import Chunk
 from sdnn_dask.core.network import Network
 from sdnn_dask.data.radixnet import make_inputs, make_network
 
@@ -99,13 +100,13 @@ def test_rows_of_blocks_that_interleave_are_merged_by_id(monkeypatch):
     states = [start_block(net, y[rows], settings_) for rows in blocks]
     assert [s.layer for s in states] == [0, 2, 0]
     calls = []
-    merge = kernels._Chunk._merge_dense
+    merge = Chunk._merge_dense
 
     def counted(*args):
         calls.append(1)
         return merge(*args)
 
-    monkeypatch.setattr(kernels._Chunk, "_merge_dense", staticmethod(counted))
+    monkeypatch.setattr(Chunk, "_merge_dense", staticmethod(counted))
     outs = finish_blocks(net, states, settings_)
     levels = levels_of(net.layers, net.bias, net.ymax, y)
     for out, rows in zip(outs, blocks, strict=True):

@@ -1,0 +1,211 @@
+"""A chunk of a block's live rows: stepped one layer at a time, repacked as rows die.
+
+A :class:`Chunk` holds some live rows of a block, sparse (CSR) or as a dense transposed
+tile in two buffers of a :class:`BufferPool`; :meth:`Chunk.step` runs one layer with the
+step its density calls for (:mod:`.steps`) and compacts the rows that die away, and
+:meth:`Chunk.repack` puts the survivors of several chunks into full ones.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..csr import column_nnz, compact_columns, csr_to_dense_t, dense_t_to_csr
+from .steps import ROW_TILE, SETUP_ROWS, dense_step, dense_step_w, sparse_step
+
+
+class BufferPool:
+    """Equal-size float32 buffers, reused within one :func:`forward_block` call.
+
+    Dask's nanny sets ``MALLOC_TRIM_THRESHOLD_`` on workers, which makes every large
+    allocation an mmap with fresh page faults; allocating per layer or per repack cost
+    workers ~30% against the same kernel in a plain process. The pool is dropped when the
+    call returns, so nothing outlives it.
+    """
+
+    def __init__(self, size: int):
+        self.size = size
+        self._free: list[np.ndarray] = []
+
+    def take(self) -> np.ndarray:
+        return self._free.pop() if self._free else np.empty(self.size, np.float32)
+
+    def give(self, *buffers: np.ndarray) -> None:
+        self._free.extend(buffers)
+
+
+class Chunk:
+    """Live rows of part of a block: block-local ids and activations, sparse or dense.
+
+    A dense chunk holds two pooled buffers of ``chunk_rows`` columns; each layer writes
+    into the spare one and compacts back into the other, so no layer allocates.
+    """
+
+    def __init__(self, live: np.ndarray, csr: sp.csr_matrix | None = None):
+        self.live = live
+        self.csr = csr
+        self._buffers: list[np.ndarray] | None = None
+        self._current = 0
+        self.nnz = int(csr.nnz) if csr is not None else 0
+
+    @property
+    def dense_t(self) -> np.ndarray | None:
+        """The live rows as a dense ``n x rows`` tile (a view of the current buffer)."""
+        if self._buffers is None:
+            return None
+        return self._view(self._current, len(self.live))
+
+    def _view(self, which: int, rows: int) -> np.ndarray:
+        flat = self._buffers[which]
+        n = flat.shape[0] // self._capacity
+        return flat[: n * rows].reshape(n, rows)
+
+    def _attach(self, pool: BufferPool, capacity: int) -> None:
+        self._capacity = capacity
+        self._buffers = [pool.take(), pool.take()]
+        self._current = 0
+
+    def release(self, pool: BufferPool) -> None:
+        """Return the buffers to the pool (the chunk is no longer used)."""
+        if self._buffers is not None:
+            pool.give(*self._buffers)
+            self._buffers = None
+
+    def step(self, w: sp.csr_matrix, wt: sp.csr_matrix | None, order: np.ndarray,
+             bias: np.ndarray, ymax: np.float32, threshold: float, pool: BufferPool,
+             capacity: int) -> str:
+        """Advance one layer in place, dropping rows that die; returns the mode used.
+
+        Without ``wt`` a dense layer runs :func:`dense_step_w` on ``w``, ``order`` then
+        being an :class:`InputOrder`; else :func:`dense_step` on ``wt``, in output
+        ``order``.
+        """
+        rows, n = len(self.live), w.shape[1]
+        # A dense layer costs ~n_out * 32 loop set-ups whatever the row count, so few rows
+        # need a higher density to pay for it (measured crossover: ~5 rows when full).
+        dense = self.nnz >= threshold * (1.0 + SETUP_ROWS / rows) * n * rows
+        if dense:
+            if self._buffers is None:
+                c = self.csr
+                self._attach(pool, capacity)
+                csr_to_dense_t(c.indptr, c.indices, c.data, self.dense_t)
+                self.csr = None
+            out = self._view(1 - self._current, rows)
+            if wt is None:  # streamed: no transpose, ``order`` an InputOrder
+                alive, self.nnz = dense_step_w(self.dense_t, w.indptr, w.indices, w.data,
+                                               bias, ymax, out, ROW_TILE, order.order,
+                                               order.fours)
+            else:
+                alive, self.nnz = dense_step(self.dense_t, wt.indptr, wt.indices, wt.data,
+                                             bias, ymax, out, ROW_TILE, order)
+            self._current = 1 - self._current
+            if not alive.all():
+                keep = int(alive.sum())
+                compact_columns(out, alive, self._view(1 - self._current, keep))
+                self.live = self.live[alive]
+                self._current = 1 - self._current
+            if not len(self.live):
+                self.release(pool)
+            return "dense"
+        c = self.to_csr(pool)
+        op, oi, ox, kept = sparse_step(c.indptr, c.indices, c.data, w.indptr, w.indices,
+                                       w.data, bias, ymax, n, True)
+        self.csr = sp.csr_matrix((ox, oi, op), shape=(len(kept), n))
+        self.live, self.nnz = self.live[kept], int(ox.shape[0])
+        return "sparse"
+
+    def row_nnz(self) -> np.ndarray:
+        """Nonzeros of each live row."""
+        if not len(self.live):  # every row died: the tile is gone
+            return np.zeros(0, np.int64)
+        if self.csr is not None:
+            return np.diff(self.csr.indptr)
+        return column_nnz(self.dense_t)
+
+    def to_csr(self, pool: BufferPool | None = None) -> sp.csr_matrix:
+        """The live rows as CSR (``len(live) x n``); a dense chunk becomes sparse."""
+        if self.csr is None:
+            self.csr = dense_t_to_csr(self.dense_t)
+            if pool is not None:
+                self.release(pool)
+            self._buffers = None
+        return self.csr
+
+    @staticmethod
+    def repack_if_half_empty(chunks: list[Chunk], chunk_rows: int, n: int,
+                             pool: BufferPool) -> list[Chunk]:
+        """``chunks``, repacked (:meth:`repack`) if they fill half their tiles or less."""
+        live_rows = sum(len(c.live) for c in chunks)
+        if len(chunks) > 1 and len(chunks) >= 2 * -(-live_rows // chunk_rows):
+            return Chunk.repack(chunks, chunk_rows, n, pool)
+        return chunks
+
+    @staticmethod
+    def repack(chunks: list[Chunk], chunk_rows: int, n: int, pool: BufferPool
+               ) -> list[Chunk]:
+        """The rows of ``chunks``, in order of their ids, as full chunks of ``chunk_rows``
+        (the last may be short); the old chunks' buffers go back to the pool.
+
+        Every chunk's ids increase (:class:`_Stepper` relies on it). One block's chunks
+        hold consecutive id ranges, so they only need putting end to end; chunks of
+        several blocks may interleave, and are then merged by id.
+        """
+        chunks = sorted(chunks, key=lambda c: c.live[0])
+        live = np.concatenate([c.live for c in chunks])
+        order = None if np.all(live[1:] > live[:-1]) else np.argsort(live, kind="stable")
+        if all(c._buffers is None for c in chunks):
+            csr = sp.vstack([c.csr for c in chunks], format="csr")
+            if order is not None:
+                live, csr = live[order], csr[order]
+            return [Chunk(live[s : s + chunk_rows], csr=csr[s : s + chunk_rows])
+                    for s in range(0, len(live), chunk_rows)]
+        if order is not None:
+            return Chunk._merge_dense(chunks, live, order, chunk_rows, n, pool)
+        packed = []
+        for s in range(0, len(live), chunk_rows):
+            part = Chunk(live[s : s + chunk_rows])
+            part._attach(pool, chunk_rows)
+            packed.append(part)
+        # copy each source chunk's columns into the destination chunks they fall in
+        position = 0
+        for c in chunks:
+            source = c.dense_t
+            if source is None:  # a sparse chunk among dense ones
+                source = np.empty((n, len(c.live)), np.float32)
+                csr_to_dense_t(c.csr.indptr, c.csr.indices, c.csr.data, source)
+            done = 0
+            while done < len(c.live):
+                part = packed[position // chunk_rows]
+                at = position % chunk_rows
+                take = min(len(c.live) - done, chunk_rows - at)
+                part.dense_t[:, at : at + take] = source[:, done : done + take]
+                part.nnz += int(np.count_nonzero(source[:, done : done + take]))
+                done += take
+                position += take
+            c.release(pool)
+        return packed
+
+    @staticmethod
+    def _merge_dense(chunks: list[Chunk], live: np.ndarray, order: np.ndarray,
+                     chunk_rows: int, n: int, pool: BufferPool) -> list[Chunk]:
+        """:meth:`repack` of chunks whose ids interleave: gather the columns by id."""
+        every = np.empty((n, len(live)), np.float32)
+        at = 0
+        for c in chunks:
+            if c.dense_t is not None:
+                every[:, at : at + len(c.live)] = c.dense_t
+            else:
+                csr_to_dense_t(c.csr.indptr, c.csr.indices, c.csr.data,
+                                every[:, at : at + len(c.live)])
+            at += len(c.live)
+            c.release(pool)
+        live = live[order]
+        packed = []
+        for s in range(0, len(live), chunk_rows):
+            part = Chunk(live[s : s + chunk_rows])
+            part._attach(pool, chunk_rows)
+            np.take(every, order[s : s + chunk_rows], axis=1, out=part.dense_t)
+            part.nnz = int(np.count_nonzero(part.dense_t))
+            packed.append(part)
+        return packed

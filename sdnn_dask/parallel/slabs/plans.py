@@ -1,0 +1,160 @@
+"""Every part's plan of a model-parallel run: its slices of the weights and the index
+maps saying which columns it reads from, and sends to, every other part. Knows nothing of
+Dask.
+
+One layer on part ``p`` is::
+
+    Y_l[:, own_p] = Y_{l-1}[:, needed_p] @ W_l[needed_p, own_p]   (+ bias, clamp)
+
+where ``needed_p`` are the level ``l-1`` neurons feeding the columns ``p`` owns.
+:func:`make_part_plans` precomputes every part's slices and index maps once per (network,
+partition); :func:`piece_for` cuts, by those maps, what a part sends to other parts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from ... import config
+from ...core.network import Network, as_csr32
+from ...partition.neurons import NeuronPartition
+from .layout import Slab, take_columns
+
+
+@dataclass
+class LayerPlan:
+    """What one part needs to run one layer, and to serve the next parts.
+
+    Attributes
+    ----------
+    own
+        Global ids of the level ``l`` neurons the part computes (sorted).
+    needed
+        Global ids of the level ``l-1`` neurons it reads (sorted).
+    w, wt
+        ``W_l[needed, own]`` and its transpose, float32 CSR.
+    order
+        Visiting order of the output neurons for the dense step.
+    bias
+        Bias of the owned neurons.
+    put
+        Source part -> positions in ``needed`` of the columns that part provides (the
+        part's own entry included).
+    take
+        Destination part -> positions in the part's own level ``l-1`` slab of the
+        columns that destination needs in layer ``l`` (the part itself included).
+    fetch
+        Source part -> positions in that part's level ``l-1`` slab of the columns this
+        part reads from it (``fetch[q]`` here is ``take[p]`` in part ``q``'s plan).
+    """
+
+    own: np.ndarray
+    needed: np.ndarray
+    w: sp.csr_matrix = field(repr=False)
+    wt: sp.csr_matrix = field(repr=False)
+    order: np.ndarray = field(repr=False)
+    bias: np.ndarray = field(repr=False)
+    put: dict[int, np.ndarray] = field(repr=False)
+    take: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
+    fetch: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class PartPlan:
+    """Everything part ``part`` of a neuron partition holds: one :class:`LayerPlan` per
+    layer, the clamp, and the level-0 columns it owns."""
+
+    part: int
+    k: int
+    inputs: np.ndarray
+    layers: list[LayerPlan] = field(repr=False)
+    ymax: float
+    dense_threshold: float
+    chunk_bytes: int = 1 << 20
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of its weight slices and index maps."""
+        total = 0
+        for lp in self.layers:
+            for m in (lp.w, lp.wt):
+                total += m.data.nbytes + m.indices.nbytes + m.indptr.nbytes
+            total += lp.own.nbytes + lp.needed.nbytes + lp.order.nbytes + lp.bias.nbytes
+            total += sum(a.nbytes for a in lp.put.values())
+            total += sum(a.nbytes for a in lp.take.values())
+            total += sum(a.nbytes for a in lp.fetch.values())
+        return total
+
+    def sources(self, layer: int) -> list[int]:
+        """Parts (other than this one) that send columns to this part in ``layer``."""
+        return [q for q in self.layers[layer - 1].put if q != self.part]
+
+    def destinations(self, layer: int) -> list[int]:
+        """Parts (other than this one) this part sends columns to in ``layer``."""
+        return [p for p in self.layers[layer - 1].take if p != self.part]
+
+
+def make_part_plans(network: Network, partition: NeuronPartition, *,
+                    dense_threshold: float | None = None,
+                    chunk_bytes: int | None = None) -> list[PartPlan]:
+    """Slice the network's weights and index maps for every part of ``partition``.
+
+    ``dense_threshold`` and ``chunk_bytes`` default to ``sdnn.kernel.*``, as in
+    :func:`~sdnn_dask.core.kernels.forward_block`.
+    """
+    if dense_threshold is None:
+        dense_threshold = config.get("kernel.dense-threshold")
+    if chunk_bytes is None:
+        chunk_bytes = config.get("kernel.chunk-bytes")
+    partition._check_network(network)
+    k = partition.k
+    parts = partition.parts
+    owned = [[np.flatnonzero(parts[level] == p) for p in range(k)]
+             for level in range(partition.n_levels)]
+    # position of every neuron of a level within its owner's slab
+    position = np.empty(parts.shape, np.int64)
+    for level, parts_owned in enumerate(owned):
+        for ids in parts_owned:
+            position[level, ids] = np.arange(len(ids))
+    plans = [PartPlan(p, k, owned[0][p], [], float(network.ymax), float(dense_threshold),
+                      int(chunk_bytes)) for p in range(k)]
+    for layer, wt in enumerate(network.transposed, start=1):
+        prev_owner = parts[layer - 1]
+        prev_pos = position[layer - 1]
+        order = network.output_order[layer - 1]
+        layer_plans = []
+        for p in range(k):
+            own = owned[layer][p]
+            wt_own = wt[own]
+            needed = np.unique(wt_own.indices).astype(np.int64)
+            wt_sub = as_csr32(wt_own[:, needed])
+            w_sub = as_csr32(wt_sub.T)
+            source = prev_owner[needed]
+            put = {int(q): np.flatnonzero(source == q) for q in np.unique(source)}
+            # the network's dense-step order restricted to the owned neurons, renumbered
+            # (local input ids follow global ones, so the grouping it makes still holds)
+            in_order = order[parts[layer][order] == p]
+            layer_plans.append(LayerPlan(
+                own=own, needed=needed, w=w_sub, wt=wt_sub, order=position[layer][in_order],
+                bias=np.ascontiguousarray(network.bias[own]), put=put))
+        for p, lp in enumerate(layer_plans):
+            for q, positions in lp.put.items():
+                # the columns q sends p, as positions in q's own slab (increasing, since
+                # needed is sorted and positions within an owner follow global order)
+                layer_plans[q].take[p] = prev_pos[lp.needed[positions]]
+                lp.fetch[q] = layer_plans[q].take[p]
+        for p in range(k):
+            plans[p].layers.append(layer_plans[p])
+    return plans
+
+
+def piece_for(plan_layer: LayerPlan, destinations: list[int], slab: Slab) -> Slab:
+    """What a part sends to the parts ``destinations`` (all on one worker) in one layer:
+    the union of the columns they read from it, sent once."""
+    if len(destinations) == 1:
+        return take_columns(slab, plan_layer.take[destinations[0]])
+    positions = np.unique(np.concatenate([plan_layer.take[p] for p in destinations]))
+    return take_columns(slab, positions, label=True)
