@@ -16,6 +16,8 @@ import scipy.sparse as sp
 
 from sdnn_dask.data import io
 from sdnn_dask.data.io import ChallengeFormatError
+from sdnn_dask.data.io import cache as io_cache
+from sdnn_dask.data.io import text as io_text
 from sdnn_dask.data.radixnet import make_network
 
 
@@ -214,7 +216,7 @@ def test_failed_write_leaves_old_file(tmp_path, monkeypatch):
         raise Boom
 
     with pytest.raises(Boom):
-        io._atomic_write(path, explode)
+        io_text._atomic_write(path, explode)
     assert path.read_text() == "2\n3\n"
     assert [p.name for p in tmp_path.iterdir()] == ["c.tsv"]
 
@@ -373,7 +375,7 @@ def _no_text_parsing(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the text files were parsed")
 
-    monkeypatch.setattr(io, "_read_columns", refuse)
+    monkeypatch.setattr(io_text, "_read_columns", refuse)
 
 
 def test_second_read_comes_from_the_cache(six_layers, monkeypatch):
@@ -508,7 +510,7 @@ def test_cache_that_cannot_be_written_only_warns(six_layers, monkeypatch):
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(io.np, "savez", refuse)
+    monkeypatch.setattr(io_cache.np, "savez", refuse)
     with pytest.warns(io.CacheWarning) as record:
         assert _same(io.read_network(data, 1024, 6, cache=cache), net)
     assert not list(cache.glob("*"))
@@ -537,7 +539,7 @@ def test_a_file_edited_while_parsed_is_not_cached(six_layers, monkeypatch):
             handle.write("1\t1\t0.5\n")
         return layers
 
-    monkeypatch.setattr(io, "read_weights", read_then_edit)
+    monkeypatch.setattr(io_cache, "read_weights", read_then_edit)
     assert _same(io.read_network(data, 1024, 6, cache=cache), net)
     assert not list(cache.glob("*.npz"))  # its key would no longer match its contents
 
@@ -597,14 +599,14 @@ def test_categories_one_byte_file_and_bad_id_message(tmp_path):
 
 def test_cache_folder_that_cannot_be_made_only_warns(six_layers, monkeypatch):
     data, cache, net = six_layers
-    real_mkdir = io.Path.mkdir
+    real_mkdir = io_cache.Path.mkdir
 
     def refuse(self, *args, **kwargs):
         if self == cache:
             raise PermissionError(13, "Permission denied")
         return real_mkdir(self, *args, **kwargs)
 
-    monkeypatch.setattr(io.Path, "mkdir", refuse)
+    monkeypatch.setattr(io_cache.Path, "mkdir", refuse)
     with pytest.warns(io.CacheWarning) as record:
         assert _same(io.read_network(data, 1024, 6, cache=cache), net)
     assert str(record[0].message) == (f"{cache}: cannot create the cache folder (Permission "
@@ -622,7 +624,7 @@ def test_unreadable_layer_while_keying_the_cache(six_layers, monkeypatch):
             raise PermissionError(13, "Permission denied", str(path))
         return open(path, *args, **kwargs)
 
-    monkeypatch.setattr(io, "open", refuse, raising=False)  # io's own open() calls
+    monkeypatch.setattr(io_cache, "open", refuse, raising=False)  # io's own open() calls
     with pytest.raises(ChallengeFormatError, match=r"n1024-l4\.tsv") as info:
         io.read_network(data, 1024, 6, cache=cache)
     assert "Permission denied" in str(info.value)
@@ -668,7 +670,7 @@ def test_categories_of_blank_lines_are_empty(tmp_path):
 @pytest.mark.parametrize("chunk_lines", [1, 2, 4_000_000])
 def test_the_first_offending_line_is_named(tmp_path, monkeypatch, text, line, fragment,
                                            suffix, chunk_lines):
-    monkeypatch.setattr(io, "_CHUNK_LINES", chunk_lines)
+    monkeypatch.setattr(io_text, "_CHUNK_LINES", chunk_lines)
     path = _write(tmp_path / f"m{suffix}", text)
     with pytest.raises(ChallengeFormatError) as info:
         io.read_triples(path, (4, 4))

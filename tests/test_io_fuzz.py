@@ -69,6 +69,7 @@ from hypothesis import strategies as st
 
 from sdnn_dask.data import io
 from sdnn_dask.data.io import ChallengeFormatError
+from sdnn_dask.data.io import text as io_text
 
 # SDNN_FUZZ_EXAMPLES=6000 for a longer campaign (not in CI)
 SETTINGS = settings(max_examples=int(os.environ.get("SDNN_FUZZ_EXAMPLES", "500")),
@@ -411,7 +412,7 @@ def test_hand_written_and_mutated_triples(folder, doc, reader, compress, damage,
         lines = data.draw(mutated(lines, shape))
     content = data.draw(assembled(lines))
     path = write(folder, content, compress)
-    with mock.patch.object(io, "_CHUNK_LINES", 2 if small_chunks else io._CHUNK_LINES):
+    with mock.patch.object(io_text, "_CHUNK_LINES", 2 if small_chunks else io_text._CHUNK_LINES):
         check_triples(path, content, reader, shape)
 
 
@@ -433,7 +434,7 @@ def test_categories(folder, doc, damage, compress, small_chunks, data):
         lines = data.draw(mutated(lines, (None, None)))
     content = data.draw(assembled(lines))
     path = write(folder, content, compress, name="c")
-    with mock.patch.object(io, "_CHUNK_LINES", 2 if small_chunks else io._CHUNK_LINES):
+    with mock.patch.object(io_text, "_CHUNK_LINES", 2 if small_chunks else io_text._CHUNK_LINES):
         check_categories(path, content)
 
 

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from sdnn_dask.core.kernels import forward_block
-from sdnn_dask.data.images import _writer_factors, make_inputs
+from sdnn_dask.data.images import make_inputs
+from sdnn_dask.data.images.inputs import _writer_factors
 from sdnn_dask.data.radixnet import make_network
 
 N_ROWS = 60000

@@ -19,6 +19,7 @@ from sdnn_dask.core.reference import categories, infer_reference, layer_referenc
 from sdnn_dask.data import io, store
 from sdnn_dask.data.io import ChallengeFormatError
 from sdnn_dask.data.radixnet import make_inputs, make_network
+from sdnn_dask.data.store import reader as store_reader
 
 N, L = 1024, 4
 
@@ -45,7 +46,7 @@ def _prefetch_threads() -> list[threading.Thread]:
 
 
 def _is_mapped(array: np.ndarray) -> bool:
-    return store._mapped_file(array) is not None and not array.flags.writeable
+    return store_reader._mapped_file(array) is not None and not array.flags.writeable
 
 
 # --------------------------------------------------------------------------- round trip
@@ -68,7 +69,7 @@ def test_round_trip_keeps_every_layer_bias_ymax_and_name(tmp_path, net, bias):
         assert _same_layer(layer, expected), k
         # read-only maps of the files, not copies
         assert _is_mapped(layer.data) and _is_mapped(layer.indices)
-        assert Path(store._mapped_file(layer.data)).name == f"l{k}.data.npy"
+        assert Path(store_reader._mapped_file(layer.data)).name == f"l{k}.data.npy"
     again = opened.to_network()
     assert np.array_equal(again.bias, net.bias) and again.ymax == net.ymax
     assert again.name == net.name

@@ -1,32 +1,20 @@
-"""Read and write the challenge's files: weights, inputs and categories.
+"""The challenge's text format: triple files and row-id files, parsed and written.
 
 On disk everything is 1-based triples ``row<TAB>col<TAB>value`` (one per nonzero), plain
 or gzipped; in memory indices are 0-based and values float32. Files are parsed by pandas'
 C reader; only when that fails is the file re-read line by line to say exactly which line
 is wrong and why. A reader returns a whole matrix or raises: nothing half-read escapes.
-
-Layout of a challenge folder::
-
-    neuron1024/n1024-l1.tsv ... n1024-l120.tsv      weights, one file per layer
-    sparse-images-1024.tsv                           inputs (60000 x N)
-    neuron1024-l120-categories.tsv                   truth: surviving 1-based row ids
-
-Each name may carry ``.gz``. :func:`read_network` can keep a binary cache (``.npz``,
-loaded without pickle) keyed by a SHA-256 of the layer files' bytes and checked when loaded;
-a bad cache file is rebuilt with a :class:`CacheWarning`.
+Anything wrong with a file is a :class:`ChallengeFormatError` naming it (and the line).
 """
 
 from __future__ import annotations
 
 import array
-import contextlib
 import csv
 import gzip
-import hashlib
 import io as _io
 import os
 import re
-import warnings
 import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -35,9 +23,8 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from .. import config
-from ..core.network import Network, as_csr32
-from ..files import atomic_path
+from ...core.network import as_csr32
+from ...files import atomic_path
 
 PathLike = str | os.PathLike
 
@@ -67,49 +54,6 @@ class ChallengeFormatError(ValueError):
         # raised in a Dask task, it is pickled to the client: rebuild it from its own
         # arguments (the default, ``cls(*self.args)``, passes the whole text as the path)
         return type(self), (self.path, self.message, self.line)
-
-
-# --------------------------------------------------------------------------- paths
-
-
-def _existing(path: Path) -> Path | None:
-    """``path`` or ``path.gz`` (or, given a ``.gz`` name, the plain one), whichever exists."""
-    candidates = [path]
-    if path.suffix == ".gz":
-        candidates.append(path.with_suffix(""))
-    else:
-        candidates.append(path.with_name(path.name + ".gz"))
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def layer_path(directory: PathLike, n_neurons: int, layer: int) -> Path:
-    """Where layer ``layer`` (1-based) of an ``n_neurons`` network lives under ``directory``.
-
-    ``directory`` may be the challenge folder or its ``neuron{N}`` subfolder. Returns the
-    existing ``.tsv`` or ``.tsv.gz`` file, or the plain ``.tsv`` name if neither exists.
-    """
-    directory = Path(directory)
-    name = f"n{n_neurons}-l{layer}.tsv"
-    for folder in (directory / f"neuron{n_neurons}", directory):
-        found = _existing(folder / name)
-        if found is not None:
-            return found
-    return directory / f"neuron{n_neurons}" / name
-
-
-def inputs_path(directory: PathLike, n_neurons: int) -> Path:
-    """The inputs file ``sparse-images-{N}.tsv[.gz]`` under ``directory``."""
-    path = Path(directory) / f"sparse-images-{n_neurons}.tsv"
-    return _existing(path) or path
-
-
-def categories_path(directory: PathLike, n_neurons: int, n_layers: int) -> Path:
-    """The truth file ``neuron{N}-l{L}-categories.tsv[.gz]`` under ``directory``."""
-    path = Path(directory) / f"neuron{n_neurons}-l{n_layers}-categories.tsv"
-    return _existing(path) or path
 
 
 # --------------------------------------------------------------------------- parsing
@@ -144,7 +88,8 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
 
 
-def _unreadable(path: Path, error: OSError) -> ChallengeFormatError:
+def unreadable(path: Path, error: OSError) -> ChallengeFormatError:
+    """The error for a file that cannot be opened or read (``error`` says why)."""
     reason = error.strerror or str(error)
     return ChallengeFormatError(path, f"cannot be read ({reason}); expected a readable file")
 
@@ -213,7 +158,7 @@ def _gzip_error(path: Path, error: BaseException) -> ChallengeFormatError:
                     else:
                         data = b""
     except OSError as bad:
-        return _unreadable(path, bad)
+        return unreadable(path, bad)
     if not decoder.eof:
         return ChallengeFormatError(
             path, f"the gzip data is truncated after {lines} complete lines; expected a "
@@ -356,7 +301,7 @@ def _read_columns(path: Path, n_columns: int) -> tuple[np.ndarray, ChallengeForm
     except _GZIP_ERRORS as error:  # truncated, not gzip, trailing garbage, corrupt
         raise _gzip_error(path, error) from None
     except OSError as error:  # PermissionError and the like, opening or reading
-        raise _unreadable(path, error) from None
+        raise unreadable(path, error) from None
     except (ValueError, pd.errors.ParserError) as error:
         return _diagnosed(path, n_columns, str(error))
     if not parts:
@@ -369,7 +314,7 @@ def _diagnosed(path: Path, n_columns: int, reason: str):
     try:
         table, error = _diagnose(path, n_columns)
     except OSError as bad:
-        raise _unreadable(path, bad) from None
+        raise unreadable(path, bad) from None
     if error is None and len(table):  # pandas failed where the line by line reading did not
         error = ChallengeFormatError(path, f"unreadable ({reason}); expected "
                                      + _expected(n_columns))
@@ -527,311 +472,6 @@ def _atomic_write(path: Path, write: Callable[[_io.TextIOBase], object]) -> Path
             with open(tmp, "w", encoding="ascii", newline="") as handle:
                 write(handle)
     return path
-
-
-# --------------------------------------------------------------------------- weights
-
-
-def read_layer(path: PathLike, n_neurons: int) -> sp.csr_matrix:
-    """Read one weight layer, ``n_neurons x n_neurons``."""
-    return read_triples(path, (n_neurons, n_neurons))
-
-
-def layer_paths(directory: PathLike, n_neurons: int, n_layers: int) -> list[Path]:
-    """The files of layers ``1..n_layers`` (see :func:`layer_path`), every one existing.
-
-    Raises
-    ------
-    FileNotFoundError
-        Naming every missing layer file (the first three, and how many more).
-    """
-    paths = [layer_path(directory, n_neurons, k) for k in range(1, n_layers + 1)]
-    missing = [str(p) for p in paths if not p.is_file()]
-    if missing:
-        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3
-                                           else "")
-        raise FileNotFoundError(
-            f"{len(missing)} of {n_layers} layer files of the {n_neurons}-neuron network are "
-            f"missing under {directory}: {shown}"
-        )
-    return paths
-
-
-def read_weights(
-    directory: PathLike,
-    n_neurons: int,
-    n_layers: int,
-    *,
-    progress: Callable[[int, int], None] | None = None,
-) -> list[sp.csr_matrix]:
-    """Read layers ``1..n_layers`` of the ``n_neurons`` network under ``directory``.
-
-    Raises
-    ------
-    FileNotFoundError
-        Naming every missing layer file (all are checked before any is parsed).
-    """
-    paths = layer_paths(directory, n_neurons, n_layers)
-    layers = []
-    for k, path in enumerate(paths, start=1):
-        layers.append(read_layer(path, n_neurons))
-        if progress is not None:
-            progress(k, n_layers)
-    return layers
-
-
-def write_weights(directory: PathLike, layers: Iterable[sp.spmatrix], *,
-                  compress: bool = False) -> list[Path]:
-    """Write ``layers`` as ``directory/neuron{N}/n{N}-l{k}.tsv[.gz]``; returns the paths."""
-    written = []
-    for k, layer in enumerate(layers, start=1):
-        n = layer.shape[0]
-        name = f"n{n}-l{k}.tsv" + (".gz" if compress else "")
-        written.append(write_triples(Path(directory) / f"neuron{n}" / name, layer))
-    return written
-
-
-class CacheWarning(UserWarning):
-    """The ``.npz`` cache of a network could not be used or written (the run goes on)."""
-
-
-# bumped when the cache's layout changes, so older files are never taken for new ones
-_CACHE_FORMAT = "sdnn-npz-2"
-
-
-def _cache_key(paths: list[Path], extra: str) -> str:
-    """Key of the cache of ``paths``: a SHA-256 of the files' bytes, in order, and ``extra``.
-
-    A content hash rather than a stat signature: an edit that keeps the size and mtime
-    (``os.utime``, a restore from backup, a coarse clock) changes the key, and a copy of
-    the same files elsewhere shares the cache. Measured on the official 1024-neuron network
-    (120 ``.gz`` files, 11 MB, warm page cache): 7 ms, against 50 ms for loading the cache
-    and 0.85 s for parsing the text; sizes, mtimes, inodes and ctimes alone took 2 ms.
-
-    Raises
-    ------
-    ChallengeFormatError
-        A file cannot be read.
-    """
-    digest = hashlib.sha256(f"{_CACHE_FORMAT}|{extra}\n".encode())
-    for path in paths:
-        try:
-            with open(path, "rb") as handle:
-                digest.update(f"{os.fstat(handle.fileno()).st_size}\n".encode())
-                while block := handle.read(1 << 20):
-                    digest.update(block)
-        except OSError as error:
-            raise _unreadable(path, error) from None
-    return digest.hexdigest()[:32]
-
-
-def _cache_folder(cache: bool | PathLike) -> Path | None:
-    """The cache folder, created if need be; ``None`` (with a warning) if it cannot be.
-
-    Raises
-    ------
-    ChallengeFormatError
-        The folder is a file, or inside one: a setting to fix, not a disk to wait for.
-    """
-    folder = config.cache_dir() if cache is True else Path(cache)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
-        raise ChallengeFormatError(
-            folder, "the cache folder is a file (or inside one); expected a folder for the "
-            ".npz cache: point $SDNN_CACHE_DIR or sdnn.cache-dir elsewhere, or use no cache"
-        ) from None
-    except OSError as error:
-        warnings.warn(f"{folder}: cannot create the cache folder ({error.strerror or error}); "
-                      "reading without a cache", CacheWarning, stacklevel=3)
-        return None
-    return folder
-
-
-def read_network(
-    directory: PathLike,
-    n_neurons: int,
-    n_layers: int,
-    *,
-    bias: float | np.ndarray | None = None,
-    ymax: float | None = None,
-    cache: bool | PathLike = False,
-    progress: Callable[[int, int], None] | None = None,
-) -> Network:
-    """Read a challenge network (weights) into a :class:`~sdnn_dask.core.network.Network`.
-
-    Parameters
-    ----------
-    directory
-        The challenge folder (holding ``neuron{N}/``) or the ``neuron{N}`` folder itself.
-    n_neurons, n_layers
-        Which network: the first ``n_layers`` layers of the ``n_neurons`` one.
-    bias, ymax
-        As in :class:`~sdnn_dask.core.network.Network` (challenge values by default).
-    cache
-        ``True`` to keep a binary copy in the cache folder (``sdnn.cache-dir``), or a folder
-        to keep it in. The copy is keyed by a SHA-256 of the layer files' bytes (see
-        :func:`_cache_key`), so an edited file is read again whatever its size and mtime.
-        A copy is checked when loaded (layer count, ``N x N`` shapes, dtypes, index ranges,
-        ``indptr`` consistent with the nonzeros, finite values); a copy that fails (empty,
-        truncated, foreign, inconsistent) is discarded and rebuilt from the text files
-        with a :class:`CacheWarning`. A cache folder that cannot be created, or a copy
-        that cannot be written, also only warns: the network is returned uncached.
-    progress
-        Called as ``progress(done, total)`` after each layer file is parsed.
-
-    Raises
-    ------
-    FileNotFoundError
-        Layer files are missing (all are named).
-    ChallengeFormatError
-        A layer file is malformed or unreadable (see :func:`read_triples`), or the cache
-        folder is a file (or inside one): a setting to fix, so an error (exit 2 in the CLI)
-        rather than a silent fall back.
-
-    Examples
-    --------
-    >>> import tempfile
-    >>> from sdnn_dask.data.radixnet import make_network
-    >>> folder = tempfile.mkdtemp()
-    >>> _ = write_weights(folder, make_network(1024, 2).layers)
-    >>> read_network(folder, 1024, 2).edges
-    65536
-    """
-    name = f"{Path(directory).name}-{n_neurons}-{n_layers}"
-    paths = [layer_path(directory, n_neurons, k) for k in range(1, n_layers + 1)]
-    folder = _cache_folder(cache) if cache else None
-    cache_file = key = None
-    extra = f"{n_neurons}-{n_layers}"
-    if folder is not None and all(p.is_file() for p in paths):
-        key = _cache_key(paths, extra)
-        cache_file = folder / f"n{n_neurons}-l{n_layers}-{key}.npz"
-        if cache_file.exists():
-            try:
-                layers = _load_layers(cache_file, n_neurons, n_layers)
-            except _BadCache as error:
-                warnings.warn(f"{cache_file}: bad cache file ({error}); discarded, rebuilding "
-                              "it from the text files", CacheWarning, stacklevel=2)
-                with contextlib.suppress(OSError):
-                    cache_file.unlink()
-            else:
-                return Network(layers, bias=bias, ymax=ymax, name=name)
-    layers = read_weights(directory, n_neurons, n_layers, progress=progress)
-    # a file changed while it was parsed: its layers would be stored under a stale key
-    if cache_file is not None and _cache_key(paths, extra) == key:
-        _save_layers(cache_file, layers)
-    return Network(layers, bias=bias, ymax=ymax, name=name)
-
-
-def _save_layers(path: Path, layers: list[sp.csr_matrix]) -> None:
-    """Write the cache file atomically; a failure only warns (the cache is an optimisation)."""
-    counts = np.array([w.nnz for w in layers], dtype=np.int64)
-    arrays = {
-        "nnz": counts,
-        "indptr": np.concatenate([w.indptr.astype(np.int64) for w in layers]),
-        "indices": np.concatenate([w.indices.astype(np.int32) for w in layers]),
-        "data": np.concatenate([w.data.astype(np.float32) for w in layers]),
-    }
-    try:
-        with atomic_path(path) as tmp, open(tmp, "wb") as handle:
-            np.savez(handle, **arrays)
-    except OSError as error:
-        warnings.warn(f"{path}: cannot write the cache file ({error.strerror or error}); "
-                      "the network is not cached", CacheWarning, stacklevel=3)
-
-
-class _BadCache(Exception):
-    """A cache file that must not be used; the message says why."""
-
-
-_CACHE_DTYPES = {"nnz": np.int64, "indptr": np.int64, "indices": np.int32, "data": np.float32}
-
-
-def _load_layers(path: Path, n_neurons: int, n_layers: int) -> list[sp.csr_matrix]:
-    """The ``n_layers`` layers stored in a cache file, each checked before it is trusted.
-
-    Raises
-    ------
-    _BadCache
-        The file is unreadable, or its arrays do not make ``n_layers`` valid canonical-size
-        CSR matrices (wrong count, dtype or length, ``indptr`` not monotone or not matching
-        the nonzeros, an index outside ``0..N-1``, a value that is not finite). Out-of-range
-        indices would otherwise crash the compiled kernels.
-    """
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            arrays = {name: archive[name] for name in _CACHE_DTYPES}
-    # anything np.load can raise on a damaged file: EOFError (empty), BadZipFile, ValueError
-    # (not an .npz, or a pickle), KeyError (missing array), OSError, zlib.error, ...
-    except Exception as error:
-        raise _BadCache(f"unreadable: {type(error).__name__}: {error}") from None
-    for name, dtype in _CACHE_DTYPES.items():
-        array = arrays[name]
-        if array.dtype != dtype or array.ndim != 1:
-            raise _BadCache(f"{name} is {array.dtype} with {array.ndim} dimensions; expected "
-                            f"1-D {np.dtype(dtype)}")
-    counts, indptr = arrays["nnz"], arrays["indptr"]
-    indices, data = arrays["indices"], arrays["data"]
-    if counts.size != n_layers:
-        raise _BadCache(f"{counts.size} layers; expected {n_layers}")
-    if (counts < 0).any():
-        raise _BadCache("a negative nonzero count")
-    total = int(counts.sum())
-    if indptr.size != n_layers * (n_neurons + 1):
-        raise _BadCache(f"{indptr.size} row pointers; expected {n_layers} x {n_neurons + 1}")
-    if indices.size != total or data.size != total:
-        raise _BadCache(f"{indices.size} indices and {data.size} values; expected {total}")
-    pointers = indptr.reshape(n_layers, n_neurons + 1)
-    if (pointers[:, 0] != 0).any() or (pointers[:, -1] != counts).any():
-        raise _BadCache("row pointers do not run from 0 to each layer's nonzero count")
-    if (np.diff(pointers, axis=1) < 0).any():
-        raise _BadCache("row pointers decrease")
-    if total and (int(indices.min()) < 0 or int(indices.max()) >= n_neurons):
-        raise _BadCache(f"column indices outside 0..{n_neurons - 1}")
-    if not np.isfinite(data).all():
-        raise _BadCache("values that are not finite")
-    layers = []
-    offset = 0
-    for k, nnz in enumerate(counts.tolist()):
-        layers.append(sp.csr_matrix(
-            (data[offset : offset + nnz], indices[offset : offset + nnz], pointers[k]),
-            shape=(n_neurons, n_neurons),
-        ))
-        offset += nnz
-    return layers
-
-
-# --------------------------------------------------------------------------- inputs
-
-
-def read_inputs(path: PathLike, n_neurons: int, n_rows: int | None = None) -> sp.csr_matrix:
-    """Read input images (``sparse-images-{N}.tsv``) as a ``rows x n_neurons`` CSR.
-
-    Parameters
-    ----------
-    path
-        The inputs file, or the challenge folder holding ``sparse-images-{N}.tsv[.gz]``.
-    n_neurons
-        Width of the network the inputs are for.
-    n_rows
-        Declared number of rows (60000 in the challenge); by default the largest row id.
-
-    Raises
-    ------
-    ChallengeFormatError
-        As :func:`read_triples`; a column beyond ``n_neurons`` is reported as inputs that
-        do not fit the network.
-    """
-    path = Path(path)
-    if path.is_dir():
-        path = inputs_path(path, n_neurons)
-    note = f": the inputs are wider than the network's {n_neurons} neurons"
-    return read_triples(path, (n_rows, n_neurons), width_note=note)
-
-
-def write_inputs(path: PathLike, inputs: sp.spmatrix) -> Path:
-    """Write inputs as ``sparse-images`` triples (1-based); ``.gz`` names are gzipped."""
-    return write_triples(path, inputs)
 
 
 # --------------------------------------------------------------------------- categories

@@ -1,0 +1,381 @@
+"""A network store opened for reading: memory-mapped CSR layers, checked, read ahead.
+
+Every array is read with ``np.load(mmap_mode="r")``: a layer is a CSR matrix over read-only
+memory maps, so only the pages a computation touches are read, and the operating system
+may drop them again. :func:`open_store` checks what is cheap at once (the manifest, and for
+every file: present, its size, its ``.npy`` header's dtype and shape) and the contents of a
+layer when it is first read (see :meth:`NetworkStore.layer`); :meth:`NetworkStore.verify`
+also compares every file with its SHA-256. Anything wrong is a
+:class:`~sdnn_dask.data.io.ChallengeFormatError` naming the file.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numba
+import numpy as np
+import scipy.sparse as sp
+
+from ...core.network import Network
+from ..io import ChallengeFormatError
+from .manifest import (
+    BIAS_FILE,
+    PARTS,
+    PathLike,
+    check_file,
+    expected_array,
+    file_sha256,
+    read_manifest,
+)
+
+
+def open_store(folder: PathLike, *, verify: bool = False) -> NetworkStore:
+    """Open a network store for reading.
+
+    Checks the manifest (present, this format and version, consistent counts) and every
+    file it lists (present, its size, its ``.npy`` header: dtype and shape), which reads a
+    few hundred bytes per file. The arrays' contents are checked when a layer is first read
+    (:meth:`NetworkStore.layer`); ``verify`` checks them all now, and every SHA-256.
+
+    Raises
+    ------
+    ChallengeFormatError
+        Naming the manifest or the file that is wrong, and what was expected.
+    """
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    n = manifest["n_neurons"]
+    for k, entry in enumerate(manifest["layers"], start=1):
+        lengths = {"indptr": n + 1, "indices": entry["nnz"], "data": entry["nnz"]}
+        for part, dtype in PARTS:
+            file = entry["files"][part]
+            check_file(folder / file["name"], file, f"layer {k}'s {part}", dtype,
+                        lengths[part])
+    store = NetworkStore(folder, manifest)
+    if verify:
+        store.verify()
+    return store
+
+
+class NetworkStore:
+    """A network store opened for reading (see :func:`open_store`): layers on demand.
+
+    Attributes
+    ----------
+    folder
+        The store's folder.
+    manifest
+        The manifest, as read.
+    n_neurons, n_layers, edges, name, ymax
+        As in :class:`~sdnn_dask.core.network.Network`.
+    bias
+        The per-neuron bias, float32 (N,), as in :class:`~sdnn_dask.core.network.Network` (the
+        manifest keeps one number when every neuron has the same).
+    source
+        What the store was written from (the manifest's ``source``; ``None`` if unknown).
+    """
+
+    def __init__(self, folder: Path, manifest: dict[str, Any]):
+        self.folder = folder
+        self.manifest = manifest
+        self.n_neurons: int = manifest["n_neurons"]
+        self.n_layers: int = manifest["n_layers"]
+        self.edges: int = manifest["edges"]
+        self.name: str = manifest["name"]
+        self.ymax = float(manifest["ymax"])
+        self.source = manifest.get("source")
+        self.bias: np.ndarray = (self._load_bias(manifest["bias"])
+                                 if isinstance(manifest["bias"], dict)
+                                 else np.full(self.n_neurons, manifest["bias"], np.float32))
+        self._checked: set[int] = set()
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (f"NetworkStore({str(self.folder)!r}, name={self.name!r}, "
+                f"n_neurons={self.n_neurons}, n_layers={self.n_layers}, edges={self.edges})")
+
+    def _load_bias(self, file: dict[str, Any]) -> np.ndarray:
+        path = self.folder / BIAS_FILE
+        dtype = np.dtype("<f4")
+        check_file(path, file, "the per-neuron bias", dtype, self.n_neurons)
+        bias = np.load(path, allow_pickle=False)
+        if not np.isfinite(bias).all():
+            raise ChallengeFormatError(path, "values that are not finite; expected a finite "
+                                       "bias per neuron")
+        return bias
+
+    def _files(self) -> Iterator[tuple[Path, dict[str, Any]]]:
+        for entry in self.manifest["layers"]:
+            for part, _ in PARTS:
+                yield self.folder / entry["files"][part]["name"], entry["files"][part]
+        if isinstance(self.manifest["bias"], dict):
+            yield self.folder / BIAS_FILE, self.manifest["bias"]
+
+    def nbytes(self) -> int:
+        """Bytes of the store's array files (the manifest aside)."""
+        return sum(file["bytes"] for _, file in self._files())
+
+    def layer(self, k: int) -> sp.csr_matrix:
+        """Layer ``k`` (1-based), a read-only CSR matrix over memory maps of its files.
+
+        ``data`` and ``indices`` are the maps themselves (no copy); scipy keeps ``indptr``
+        as int32, a copy of ``N + 1`` values. The first time a layer is read from this
+        store its contents are checked, which reads all of it once: ``indptr`` from 0 to
+        the layer's nonzeros, never decreasing; columns in ``0..N-1``, strictly increasing
+        in each row; values finite and nonzero. So the matrix is canonical CSR (scipy
+        never needs to sort or write it).
+
+        Raises
+        ------
+        IndexError
+            ``k`` is not in ``1..n_layers``.
+        ChallengeFormatError
+            Naming the file that fails a check (or cannot be mapped).
+        """
+        if isinstance(k, bool) or not isinstance(k, int | np.integer) or \
+                not 1 <= k <= self.n_layers:
+            raise IndexError(f"layer {k!r}: this store has layers 1..{self.n_layers}")
+        k = int(k)
+        arrays = self._map(k)
+        with self._lock:
+            checked = k in self._checked
+        if not checked:
+            self._check_layer(k, arrays)
+            with self._lock:
+                self._checked.add(k)
+        n = self.n_neurons
+        matrix = sp.csr_matrix((arrays["data"], arrays["indices"], arrays["indptr"]),
+                               shape=(n, n), copy=False)
+        matrix.has_sorted_indices = True
+        matrix.has_canonical_format = True
+        return matrix
+
+    def read_ahead(self, k: int) -> None:
+        """Ask the operating system to read layer ``k``'s files (1-based) into the page
+        cache, asynchronously (``posix_fadvise(WILLNEED)``; nothing where there is none).
+        Neither maps nor checks the layer."""
+        entry = self.manifest["layers"][k - 1]
+        for part, _ in PARTS:
+            _will_need(self.folder / entry["files"][part]["name"])
+
+    def _map(self, k: int) -> dict[str, np.ndarray]:
+        entry = self.manifest["layers"][k - 1]
+        lengths = {"indptr": self.n_neurons + 1, "indices": entry["nnz"], "data": entry["nnz"]}
+        arrays = {}
+        for part, dtype in PARTS:
+            path = self.folder / entry["files"][part]["name"]
+            what = expected_array(f"layer {k}'s {part}", dtype, lengths[part])
+            try:
+                array = np.load(path, mmap_mode="r", allow_pickle=False)
+            except Exception as error:  # replaced since open_store, or unreadable
+                raise ChallengeFormatError(path, f"cannot be mapped ({type(error).__name__}: "
+                                           f"{error}); expected {what}") from None
+            if array.dtype != dtype or array.shape != (lengths[part],):
+                raise ChallengeFormatError(path, f"holds a {array.dtype} array of shape "
+                                           f"{array.shape}; expected {what}")
+            arrays[part] = array
+        return arrays
+
+    def _check_layer(self, k: int, arrays: dict[str, np.ndarray]) -> None:
+        entry = self.manifest["layers"][k - 1]
+        nnz, n = entry["nnz"], self.n_neurons
+        if _layer_is_sound(arrays["indptr"], arrays["indices"], arrays["data"], nnz, n):
+            return  # one compiled pass; the checks below find what is wrong, and where
+        where = {part: self.folder / entry["files"][part]["name"] for part, _ in PARTS}
+        indptr, indices, data = arrays["indptr"], arrays["indices"], arrays["data"]
+        if indptr[0] != 0 or indptr[-1] != nnz:
+            raise ChallengeFormatError(where["indptr"], f"row pointers run from {indptr[0]} to "
+                                       f"{indptr[-1]}; expected 0 to the layer's {nnz} "
+                                       "nonzeros")
+        falls = np.diff(indptr) < 0
+        if falls.any():
+            row = int(falls.argmax()) + 1
+            raise ChallengeFormatError(where["indptr"], f"row pointers decrease at row {row} "
+                                       "(1-based); expected them never to decrease")
+        if not nnz:
+            return
+        low, high = int(indices.min()), int(indices.max())
+        if low < 0 or high >= n:
+            raise ChallengeFormatError(where["indices"], f"columns {low}..{high}; expected "
+                                       f"columns in 0..{n - 1}")
+        increasing = np.diff(indices) > 0
+        starts = np.asarray(indptr[1:-1])
+        increasing[starts[(starts > 0) & (starts < nnz)] - 1] = True  # across rows
+        if not increasing.all():
+            row = int(np.searchsorted(indptr, int(increasing.argmin()) + 1, "right"))
+            raise ChallengeFormatError(where["indices"], f"columns not strictly increasing in "
+                                       f"row {row} (1-based); expected sorted columns, each "
+                                       "once per row")
+        if not np.isfinite(data).all():
+            raise ChallengeFormatError(where["data"], "values that are not finite; expected "
+                                       "finite weights")
+        if not data.all():
+            raise ChallengeFormatError(where["data"], "explicit zeros; expected nonzero weights "
+                                       "only (a zero is no edge)")
+        # the compiled pass said no, these found nothing: never accept the layer silently
+        raise ChallengeFormatError(where["indptr"], "fails the layer's checks; expected "
+                                   "canonical CSR (see sdnn_dask.data.store)")
+
+    def layers(self, window: int = 2) -> Iterator[sp.csr_matrix]:
+        """Every layer in order, the next ``window`` prepared by a background thread.
+
+        The thread maps a layer, checks it on its first read (which reads it) and asks the
+        operating system to read its files ahead (``posix_fadvise(WILLNEED)`` where there
+        is one, else by reading a byte of every page), at most ``window`` layers ahead of
+        the one last yielded; so about ``window + 1`` layers are mapped at a time, and a
+        layer's maps close once the caller drops it. ``window=0`` reads each layer when it
+        is asked for, in the caller's thread. Closing the iterator early (``close()``, or
+        dropping it) stops and joins the thread.
+
+        Raises
+        ------
+        ChallengeFormatError
+            When the caller reaches a layer that fails its check.
+        """
+        if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+            raise ValueError(f"window must be an integer >= 0, got {window!r}")
+        return self._layers(window)
+
+    def _layers(self, window: int) -> Iterator[sp.csr_matrix]:
+        if window == 0:
+            for k in range(1, self.n_layers + 1):
+                yield self.layer(k)
+            return
+        ready: queue.SimpleQueue = queue.SimpleQueue()
+        ahead = threading.Semaphore(window)
+        stop = threading.Event()
+
+        def prefetch() -> None:
+            for k in range(1, self.n_layers + 1):
+                while not ahead.acquire(timeout=0.05):
+                    if stop.is_set():
+                        return
+                if stop.is_set():
+                    return
+                try:
+                    matrix = self.layer(k)
+                    _read_ahead(matrix)
+                except BaseException as error:  # the caller raises it at layer k
+                    ready.put((None, error))
+                    return
+                ready.put((matrix, None))
+                del matrix
+
+        thread = threading.Thread(target=prefetch, name=f"sdnn-store-prefetch {self.folder}",
+                                  daemon=True)
+        thread.start()
+        try:
+            for _ in range(self.n_layers):
+                matrix, error = ready.get()
+                if error is not None:
+                    raise error
+                ahead.release()  # this layer is the caller's now: prepare one more
+                yield matrix
+                del matrix
+        finally:
+            stop.set()
+            ahead.release()
+            thread.join()
+
+    def to_network(self, n_layers: int | None = None) -> Network:
+        """Every layer (or the first ``n_layers``) read into memory (copies, not maps): a
+        :class:`Network`.
+
+        For networks that fit in memory; the layers are read with :meth:`layers`.
+        """
+        if n_layers is not None and not 1 <= n_layers <= self.n_layers:
+            raise ValueError(f"n_layers must be in 1..{self.n_layers}, got {n_layers}")
+        layers = []
+        for w in self.layers(window=2):
+            if n_layers is not None and len(layers) == n_layers:
+                break
+            layers.append(sp.csr_matrix((np.array(w.data), np.array(w.indices),
+                                         np.array(w.indptr)), shape=w.shape))
+        return Network(layers, bias=self.bias, ymax=self.ymax, name=self.name)
+
+    def verify(self) -> None:
+        """Check every file against its SHA-256 in the manifest, and every layer.
+
+        Reads the whole store.
+
+        Raises
+        ------
+        ChallengeFormatError
+            Naming the first file whose hash differs or that fails a check.
+        """
+        for path, file in self._files():
+            try:
+                digest = file_sha256(path)
+            except OSError as error:
+                raise ChallengeFormatError(path, f"cannot be read ({error.strerror or error})"
+                                           ) from None
+            if digest != file["sha256"]:
+                raise ChallengeFormatError(path, f"SHA-256 {digest[:16]}... differs from the "
+                                           f"manifest's {file['sha256'][:16]}...: the file "
+                                           "changed since the store was written")
+        for k in range(1, self.n_layers + 1):
+            self.layer(k)
+
+
+@numba.njit(nogil=True, cache=True)
+def _layer_is_sound(indptr, indices, data, nnz, n):  # pragma: no cover - compiled
+    """Whether a layer passes every check of :meth:`NetworkStore._check_layer`, in one
+    pass (four times faster than the NumPy checks, which then only run on a bad layer)."""
+    if indptr[0] != 0 or indptr[indptr.shape[0] - 1] != nnz:
+        return False
+    for i in range(indptr.shape[0] - 1):
+        start, end = indptr[i], indptr[i + 1]
+        if end < start:
+            return False
+        previous = -1
+        for p in range(start, end):
+            j = indices[p]
+            if j <= previous or j >= n:  # also j < 0: previous starts at -1
+                return False
+            previous = j
+            x = data[p]
+            if x == 0.0 or not np.isfinite(x):
+                return False
+    return True
+
+
+def _read_ahead(matrix: sp.csr_matrix) -> None:
+    """Ask for the pages of a mapped layer to be read (asynchronously where possible)."""
+    for array in (matrix.indices, matrix.data):
+        if not _will_need(_mapped_file(array)):
+            flat = np.asarray(array).reshape(-1).view(np.uint8)
+            int(flat[::_PAGE].sum())  # a byte of every page: reads them all
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _mapped_file(array: np.ndarray) -> PathLike | None:
+    """The file behind a view of an ``np.memmap`` (``None`` if it is not one)."""
+    base = array
+    while base is not None and not isinstance(base, np.memmap):
+        base = getattr(base, "base", None)
+    return getattr(base, "filename", None)
+
+
+def _will_need(filename: PathLike | None) -> bool:
+    """``posix_fadvise(WILLNEED)`` on a file: the kernel reads it ahead; False if not done."""
+    if not filename or not hasattr(os, "posix_fadvise"):
+        return False
+    try:
+        fd = os.open(filename, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
