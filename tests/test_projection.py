@@ -21,12 +21,12 @@ from sdnn_dask.projection import (
     PART_TERMS,
     CostModel,
     Survival,
-    _kernel_estimate,
-    _kernel_schedule,
-    _part_work,
     project_published,
     projection_table,
 )
+from sdnn_dask.projection.kernel_work import kernel_estimate as _kernel_estimate
+from sdnn_dask.projection.kernel_work import kernel_schedule as _kernel_schedule
+from sdnn_dask.projection.parts import part_work as _part_work
 
 DENSITY = 0.1
 SETTINGS = KernelSettings(0.05, 1 << 20)
