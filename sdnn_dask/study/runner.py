@@ -1,0 +1,192 @@
+"""Running one :class:`~.specs.RunSpec` on a problem and a cluster: the executors and
+partitions a :class:`Runner` keeps, the warm-up, the kernel settings, and the check of the
+result (:func:`verify`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import dask
+import numpy as np
+import scipy.sparse as sp
+
+from .. import records
+from ..core.check import BoundedReference, check_result
+from ..core.kernels import KernelSettings
+from ..core.reference import check_categories
+from ..core.result import RunResult
+from ..data.images import generated_source
+from ..registry import SERIAL_STRATEGIES
+from .outcomes import Records, RunOutcome
+from .problem import Problem, is_streamed
+from .specs import RunSpec, config_key, neuron_partitions_available
+from .validation import StudyError, say
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+#: Rows of the untimed warm-up run of each executor.
+WARM_UP_ROWS = 256
+
+
+def verify(result: RunResult, reference: BoundedReference, truth: np.ndarray | None
+           ) -> tuple[str, str, float]:
+    """``(check, check_against, max_abs_diff)`` of a run.
+
+    PASS iff the result is within float32 rounding of the float64 reference on every row
+    where that is decidable (:mod:`sdnn_dask.core.check`) and, with a truth, its categories are
+    the truth.
+    """
+    verdict = check_result(result.output, reference)
+    if truth is not None:
+        passed = check_categories(result.categories, truth).passed and verdict.passed
+        return ("PASS" if passed else "FAIL"), "truth", verdict.max_abs_diff
+    return ("PASS" if verdict.passed else "FAIL"), "reference", verdict.max_abs_diff
+
+
+class Runner:
+    """Runs specs on one problem and one cluster, keeping executors and partitions.
+
+    Executors are made once per (kind, worker count) and neuron partitions once per
+    (method, k, seed, epsilon); each executor's first run is preceded by an untimed
+    warm-up on a few rows (compiled kernels, connections, allocator: the first run is
+    otherwise slower than the rest).
+
+    Parameters
+    ----------
+    problem
+        What to run.
+    client
+        A ``distributed.Client``; ``None`` if only serial specs are run.
+    study
+        Written into every record's ``study`` column.
+    warm_up
+        Do the untimed warm-up runs.
+    progress
+        Called with a message for each step (partitioning, sending the weights).
+    """
+
+    def __init__(self, problem: Problem, client: Client | None = None, *, study: str,
+                 warm_up: bool = True, progress: Callable[[str], None] | None = None):
+        self.problem = problem
+        self.client = client
+        self.study = study
+        self.warm_up = warm_up
+        self.progress = progress
+        self._executors: dict[tuple[str, int], Any] = {}
+        self._partitions: dict[tuple, Any] = {}
+        self._warm: set[tuple] = set()
+
+    @property
+    def cluster_workers(self) -> list[str]:
+        return sorted(self.client.nthreads()) if self.client is not None else []
+
+    def check(self, spec: RunSpec) -> None:
+        """Raise :exc:`StudyError` if ``spec`` cannot run here."""
+        if spec.strategy not in SERIAL_STRATEGIES and self.client is None:
+            raise StudyError(f"{spec.label}: needs a cluster")
+        if spec.partition == "hypergraph" and "hypergraph" not in neuron_partitions_available():
+            raise StudyError(f"{spec.label}: the hypergraph partition needs Mt-KaHyPar: "
+                             "pip install 'sdnn_dask[partition]'")
+        if is_streamed(self.problem.network) and spec.strategy not in (*SERIAL_STRATEGIES,
+                                                                       "data"):
+            raise StudyError(f"{spec.label}: the weights are streamed from a store, layer by "
+                             "layer, which only the serial strategies and data parallelism "
+                             "do; model parallelism needs them in memory "
+                             "(sdnn.data-parallel.weights: resident, or fewer layers)")
+        spec.check_against(self.problem, max(1, len(self.cluster_workers)))
+
+    def _executor(self, kind: str, workers: int):
+        from ..parallel import DataParallelExecutor, ModelParallelExecutor
+
+        key = (kind, workers)
+        if key not in self._executors:
+            pool = self.cluster_workers[:workers]
+            cls = DataParallelExecutor if kind == "data" else ModelParallelExecutor
+            how = ("opening the store on" if is_streamed(self.problem.network)
+                   else "sending the weights to")
+            say(self.progress, f"{how} {workers} worker(s) ({kind})")
+            self._executors[key] = cls(self.client, self.problem.network, workers=pool)
+            if kind == "data" and is_streamed(self.problem.network):  # resident or not
+                say(self.progress, f"weights {self._executors[key].weights_reason}")
+        return self._executors[key]
+
+    def _partition(self, spec: RunSpec, k: int):
+        from ..partition import make_neuron_partition
+
+        key = (spec.partition, k, spec.seed, spec.nbuckets, spec.epsilon)
+        if key not in self._partitions:
+            epsilon = 0.03 if spec.epsilon is None else spec.epsilon
+            cached = False
+            if spec.partition == "hypergraph":
+                from ..partition.hypergraph import is_cached
+
+                cached = is_cached(self.problem.network, k, epsilon=epsilon, seed=spec.seed)
+            say(self.progress, f"{'reading the cached' if cached else 'computing the'} "
+                               f"{spec.partition} partition of the neurons into {k} parts")
+            self._partitions[key] = make_neuron_partition(
+                self.problem.network, k, spec.partition, seed=spec.seed,
+                nbuckets=spec.nbuckets or 1, epsilon=epsilon, cache=True)
+            if spec.partition == "hypergraph" and not cached:
+                say(self.progress, f"hypergraph partition computed in "
+                                   f"{self._partitions[key].seconds:.1f} s (now cached)")
+        return self._partitions[key]
+
+    def execute(self, spec: RunSpec, inputs: sp.csr_matrix | None = None) -> RunResult:
+        """Run ``spec`` once on the problem's inputs (or ``inputs``), untimed extras aside."""
+        from ..parallel import run_serial
+
+        inputs = self.problem.inputs if inputs is None else inputs
+        net = self.problem.network
+        if spec.strategy in SERIAL_STRATEGIES:
+            return run_serial(net, inputs, spec.strategy)
+        workers = spec.workers or len(self.cluster_workers)
+        if spec.strategy == "data":
+            return self._executor("data", workers).run(
+                inputs, partition=spec.partition, n_blocks=spec.blocks, seed=spec.seed,
+                nbuckets=spec.nbuckets, placement=spec.placement, merge=spec.merge)
+        executor = self._executor("model", workers)
+        part = self._partition(spec, spec.parts or workers)
+        return executor.run(inputs, partition=part, row_groups=spec.row_groups,
+                            seed=spec.seed, transport=spec.transport)
+
+    def _warm_up(self, spec: RunSpec) -> None:
+        key = (spec.strategy == "data", spec.workers, spec.transport)
+        if not self.warm_up or spec.strategy in SERIAL_STRATEGIES or key in self._warm:
+            return
+        if is_streamed(self.problem.network):  # a warm-up would read the store once more
+            return
+        rows = min(WARM_UP_ROWS, self.problem.inputs.shape[0])
+        groups = spec.row_groups or 1
+        self.execute(spec, self.problem.inputs[: max(rows, groups)])
+        self._warm.add(key)
+
+    def run(self, spec: RunSpec, *, repeat: int = 0) -> RunOutcome:
+        """Run ``spec`` (after its executor's warm-up), check it, make its records."""
+        self.check(spec)
+        with dask.config.set(_kernel_config(spec)):  # read on the client by every executor
+            self._warm_up(spec)
+            kernel = KernelSettings.resolve()  # what the tasks get: read here, on the client
+            result = self.execute(spec)
+        check, against, diff = verify(result, self.problem.reference(), self.problem.truth)
+        spec_ = self.problem.spec
+        source = spec_.data if spec_ and spec_.data else generated_source(
+            spec_.order if spec_ else None)
+        runs = records.run_records(result, study=self.study, check=check,
+                                   check_against=against, max_abs_diff=diff,
+                                   spec=config_key(self.problem.key(), spec),
+                                   repeat=repeat,
+                                   source=source, kernel=kernel)
+        layers = records.layer_records(result, study=self.study)
+        return RunOutcome(spec, result, check, Records(runs, layers))
+
+
+def _kernel_config(spec: RunSpec) -> dict[str, Any]:
+    """The ``sdnn.kernel.*`` settings ``spec`` sets (none: the configuration's own)."""
+    out: dict[str, Any] = {}
+    if spec.dense_threshold is not None:
+        out["sdnn.kernel.dense-threshold"] = spec.dense_threshold
+    if spec.chunk_bytes is not None:
+        out["sdnn.kernel.chunk-bytes"] = spec.chunk_bytes
+    return out

@@ -1,0 +1,320 @@
+"""A study: a YAML grid of problems and run specs, read and validated before anything runs,
+then run on one cluster with a progress bar, every run written as it finishes, so an
+interrupted study resumes where it stopped."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .. import records
+from ..registry import SERIAL_STRATEGIES, STRATEGIES
+from .outcomes import Records
+from .problem import DEFAULT_ROWS, Problem, ProblemSpec, load_problem
+from .runner import Runner
+from .specs import RunSpec, run_key, serial_first
+from .validation import StudyError, is_int, nearest, say
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+#: Keys of a study file, of a problem and of a run entry, with their types.
+STUDY_KEYS: dict[str, type | tuple[type, ...]] = {
+    "name": str, "description": str, "repeats": int, "warm_up": bool, "workers": int,
+    "problems": list, "runs": list,
+}
+PROBLEM_KEYS = {f.name: f.type for f in dataclasses.fields(ProblemSpec)}
+RUN_KEYS = {f.name: f.type for f in dataclasses.fields(RunSpec)}
+#: Each key's kind of value, read off the annotations (``"int | None"`` -> ``"int"``).
+_KINDS = {name: str(kind).split("|")[0].strip()
+          for name, kind in {**PROBLEM_KEYS, **RUN_KEYS}.items()}
+
+
+@dataclass
+class Study:
+    """A grid of problems and run specs, run on one cluster, recorded run by run.
+
+    A study file (YAML)::
+
+        name: quick                    # the records' study column, and the default folder
+        repeats: 2                     # runs of each configuration (default 1)
+        warm_up: true                  # an untimed run of each executor first (default)
+        workers: 2                     # the cluster's workers (default: cores)
+        problems:                      # each key may be a list: every combination is run
+          - {neurons: 1024, layers: [24, 120], inputs: 6000}
+        runs:                          # each entry a grid as well
+          - {strategy: [reference, kernel]}
+          - {strategy: data, partition: [block, hash, random], workers: [1, 2]}
+          - {strategy: model, partition: [block, hypergraph], transport: [direct, graph]}
+          - {strategy: hybrid, partition: block, row_groups: 2, parts: 2}
+
+    Relative ``data``, ``inputs_file`` and ``truth`` paths are relative to the study file.
+    Every combination of a problem with a run entry's values is a :class:`RunSpec`;
+    ``repeats`` of each are run. Validation (:meth:`from_yaml`) happens before anything
+    runs: unknown keys (with the nearest valid one), wrong types and impossible
+    combinations are errors naming the file and the entry.
+    """
+
+    name: str
+    problems: list[ProblemSpec]
+    specs: list[RunSpec]
+    repeats: int = 1
+    warm_up: bool = True
+    workers: int | None = None
+    description: str = ""
+    path: Path | None = None
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike) -> Study:
+        """Read and validate a study file.
+
+        Raises
+        ------
+        StudyError
+            Naming the file and what is wrong: not YAML, not a mapping, an unknown key (and
+            the nearest valid one), a value of the wrong type, an impossible combination.
+        """
+        import yaml
+
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as error:
+            raise StudyError(f"{path}: cannot read the study ({error.strerror or error})"
+                             ) from error
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            where = f", line {mark.line + 1}" if mark is not None else ""
+            raise StudyError(f"{path}{where}: not valid YAML "
+                             f"({getattr(error, 'problem', None) or error})") from error
+        try:
+            study = cls.from_dict(data, default_name=path.stem)
+        except StudyError as error:
+            raise StudyError(f"{path}: {error}") from None
+        # relative paths of files are relative to the study file, wherever it is run from
+        study.problems = [dataclasses.replace(p, **{
+            name: str((path.parent / value).resolve())
+            for name in ("data", "inputs_file", "truth")
+            if (value := getattr(p, name)) is not None and not Path(value).is_absolute()})
+            for p in study.problems]
+        study.path = path
+        return study
+
+    @classmethod
+    def from_dict(cls, data: Any, *, default_name: str = "study") -> Study:
+        """A study from the mapping a study file holds (validated, see :meth:`from_yaml`)."""
+        if not isinstance(data, dict):
+            raise StudyError("a study is a mapping with keys "
+                             f"{', '.join(STUDY_KEYS)}; got {type(data).__name__}")
+        _check_keys(data, STUDY_KEYS, "the study")
+        for key, kind in STUDY_KEYS.items():
+            if key in data and not _is_type(data[key], kind):
+                raise StudyError(f"{key}: expected {_type_name(kind)}, got "
+                                 f"{data[key]!r}")
+        for key in ("repeats", "workers"):
+            if key in data and data[key] < 1:
+                raise StudyError(f"{key}: must be >= 1, got {data[key]}")
+        if not data.get("runs"):
+            raise StudyError("runs: give at least one run entry, e.g. "
+                             "{strategy: [reference, kernel]}")
+        problems = [p for i, entry in enumerate(data.get("problems") or [{}])
+                    for p in _expand(entry, PROBLEM_KEYS, f"problems[{i}]", ProblemSpec)]
+        specs = [s for i, entry in enumerate(data["runs"])
+                 for s in _expand(entry, RUN_KEYS, f"runs[{i}]", RunSpec)]
+        study = cls(name=str(data.get("name", default_name)), problems=problems,
+                    specs=list(dict.fromkeys(specs)), repeats=data.get("repeats", 1),
+                    warm_up=data.get("warm_up", True), workers=data.get("workers"),
+                    description=data.get("description", ""))
+        for spec in study.specs:
+            if study.workers is not None and spec.workers and spec.workers > study.workers:
+                raise StudyError(f"{spec.label}: workers {spec.workers}, but the study's "
+                                 f"cluster has {study.workers} (workers: {study.workers})")
+        for problem in study.problems:
+            for spec in study.specs:
+                if spec.parts is not None and spec.parts > problem.neurons:
+                    raise StudyError(f"{spec.label}: at most one part per neuron "
+                                     f"(N = {problem.neurons})")
+                rows = (problem.inputs or DEFAULT_ROWS) * problem.tile
+                if spec.row_groups and spec.row_groups > rows:
+                    raise StudyError(f"{spec.label}: more row groups than the {rows} "
+                                     f"input rows of {problem.label}")
+        return study
+
+    @property
+    def total(self) -> int:
+        """Runs in the study: problems x specs x repeats."""
+        return len(self.problems) * len(self.specs) * self.repeats
+
+    def plan(self) -> Iterator[tuple[ProblemSpec, int, RunSpec]]:
+        """Every run, in the order :meth:`run` runs them (by problem, repeat, spec)."""
+        for problem in self.problems:
+            for repeat in range(self.repeats):
+                for spec in serial_first(self.specs):
+                    yield problem, repeat, spec
+
+    def run(self, client: Client | None, results: str | os.PathLike, *, resume: bool = False,
+            progress: Callable[[str], None] | None = None, bar: bool = True,
+            report: bool = True) -> Records:
+        """Run every configuration not yet recorded in ``results``, writing each run there
+        as soon as it finishes.
+
+        Parameters
+        ----------
+        client
+            A ``distributed.Client`` (``None``: a loopback LocalCluster of
+            ``self.workers`` workers, started here if a run needs one, closed at the end).
+        results
+            The study's folder: ``runs/`` and ``layers/`` (one parquet file per run), then
+            ``records.csv``, ``layers.csv`` and the report.
+        resume
+            Skip the runs already recorded there. Without it, a folder that holds runs is
+            an error (a study is not mixed with an older one by accident).
+        progress
+            Called with a message for each step.
+        bar
+            A tqdm progress bar over the runs (on stderr; a widget in a notebook).
+        report
+            Write the CSV export and the report at the end.
+
+        Returns
+        -------
+        Records
+            Every run recorded in ``results`` (earlier ones included).
+        """
+        results = Path(results)
+        done = records.recorded_keys(results)
+        if done and not resume:
+            raise StudyError(f"{results} already holds {len(done)} recorded run(s); resume "
+                             "them (--resume) or choose another folder")
+        keys = {(p, r, s): run_key(p.key(), s, r) for p, r, s in self.plan()}
+        pending = [t for t, key in keys.items() if key not in done]
+        loaded: dict[ProblemSpec, Problem] = {}
+        say(progress, f"study {self.name}: {self.total} run(s), {self.total - len(pending)} "
+                      f"already recorded, {len(pending)} to run")
+        own = client is None and any(s.strategy not in SERIAL_STRATEGIES
+                                     for _, _, s in pending)
+        if own:
+            from ..cluster import local_client
+
+            client = local_client(self.workers)
+        if client is not None:
+            have = len(client.nthreads())
+            for spec in self.specs:
+                if spec.workers and spec.workers > have:
+                    raise StudyError(f"{spec.label}: workers {spec.workers}, but the cluster "
+                                     f"has {have}")
+        results.mkdir(parents=True, exist_ok=True)
+        for sub in (records.RUNS_DIR, records.LAYERS_DIR):  # a write cut short by a kill
+            for stale in (results / sub).glob(".*.tmp"):
+                stale.unlink(missing_ok=True)
+        try:
+            with _bar(len(pending), bar, self.name) as tick:
+                runner = None
+                for problem_spec, repeat, spec in pending:
+                    if problem_spec not in loaded:
+                        loaded.clear()  # one problem in memory at a time
+                        loaded[problem_spec] = load_problem(problem_spec, progress=progress)
+                        runner = Runner(loaded[problem_spec], client, study=self.name,
+                                        warm_up=self.warm_up, progress=progress)
+                    outcome = runner.run(spec, repeat=repeat)
+                    records.write_run(results, keys[problem_spec, repeat, spec],
+                                      outcome.records.runs, outcome.records.layers)
+                    tick(f"{spec.label}: {outcome.result.wall_seconds:.3f} s "
+                         f"{outcome.check}")
+        finally:
+            if own:
+                client.close()
+        everything = Records(records.read_records(results, "runs"),
+                             records.read_records(results, "layers"))
+        if report:
+            records.export_csv(results)
+            from ..report.outputs import write_report_files
+
+            write_report_files(results, everything.runs, everything.layers,
+                               say=progress or (lambda message: None))
+        return everything
+
+
+@contextlib.contextmanager
+def _bar(total: int, enabled: bool, name: str) -> Iterator[Callable[[str], None]]:
+    """A ``tick(message)`` that advances a tqdm bar (auto: a widget in a notebook)."""
+    if not enabled or total == 0:
+        yield lambda message: None
+        return
+    from tqdm.auto import tqdm
+
+    with tqdm(total=total, desc=name, unit="run", file=sys.stderr, dynamic_ncols=True) as bar:
+        def tick(message: str) -> None:
+            bar.set_postfix_str(message, refresh=False)
+            bar.update(1)
+
+        yield tick
+
+
+def _is_type(value: Any, kind: type | tuple[type, ...]) -> bool:
+    if kind is int:
+        return is_int(value)
+    return isinstance(value, kind)
+
+
+def _type_name(kind: type | tuple[type, ...]) -> str:
+    names = {int: "an integer", str: "text", bool: "true or false", list: "a list",
+             float: "a number"}
+    return names.get(kind, str(kind))
+
+
+def _check_keys(entry: dict, allowed: Iterable[str], where: str) -> None:
+    allowed = list(allowed)
+    for key in entry:
+        if key not in allowed:
+            raise StudyError(f"{where}: unknown key {key!r}{nearest(key, allowed)}; valid "
+                             f"keys: {', '.join(allowed)}")
+
+
+def _check_value(key: str, value: Any, where: str) -> None:
+    kind = _KINDS.get(key)
+    if kind == "int" and not is_int(value):
+        raise StudyError(f"{where}: {key} must be an integer, got {value!r}")
+    if kind == "str" and not isinstance(value, str):
+        raise StudyError(f"{where}: {key} must be text, got {value!r}")
+    if kind == "float" and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise StudyError(f"{where}: {key} must be a number, got {value!r}")
+    if kind == "bool" and not isinstance(value, bool):
+        raise StudyError(f"{where}: {key} must be true or false, got {value!r}")
+
+
+def _expand(entry: Any, allowed: dict[str, Any], where: str, make: Callable[..., Any]
+            ) -> list[Any]:
+    """Every combination of an entry's values (a list is a choice, a scalar one value)."""
+    if not isinstance(entry, dict):
+        raise StudyError(f"{where}: expected a mapping like {{strategy: data}}, got "
+                         f"{entry!r}")
+    _check_keys(entry, allowed, where)
+    if make is RunSpec and "strategy" not in entry:
+        raise StudyError(f"{where}: every run entry names a strategy "
+                         f"({', '.join(STRATEGIES)})")
+    choices = {}
+    for key, value in entry.items():
+        values = value if isinstance(value, list) else [value]
+        if not values:
+            raise StudyError(f"{where}: {key} is an empty list")
+        for v in values:
+            _check_value(key, v, where)
+        choices[key] = values
+    out = []
+    for combination in itertools.product(*choices.values()):
+        fields = dict(zip(choices, combination, strict=True))
+        try:
+            out.append(make(**fields))
+        except StudyError as error:
+            raise StudyError(f"{where}: {error}") from None
+    return out
