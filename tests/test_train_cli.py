@@ -6,7 +6,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from sdnn_dask.cli import Progress, _write_training, main
+from sdnn_dask.cli import Progress, main
+from sdnn_dask.cli.train import _write_training
 from sdnn_dask.training.compare import DIGITS_COLUMNS, STEP_COLUMNS
 
 

@@ -1,0 +1,324 @@
+"""What every ``sdnn-dask`` command shares: progress messages, user errors and the exit
+codes, the problem and the cluster the options describe, and the tables and checks that end
+a run.
+
+A mistake in what the user asked is a :class:`UsageError` (``error: <message>``, exit code
+2); :func:`exit_code_after_checks` is the one place the commands that check their results
+say how many FAILED and choose the exit code (1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from .. import study
+from ..core.network import Network
+from ..registry import TRANSPORTS
+from ..study import Problem, ProblemSpec, StudyError
+
+#: Where ``compare`` writes and ``report`` reads by default: a folder git ignores, so the
+#: quick start leaves a checkout clean (the repository's curated study is in results/).
+DEFAULT_RESULTS = Path("sdnn-results")
+
+
+# --------------------------------------------------------------------------- progress
+
+
+class Progress:
+    """Step messages on stderr; a live counter for long loops when stderr is a terminal."""
+
+    def __init__(self, quiet: bool = False, stream=None):
+        self.quiet = quiet
+        self.stream = stream or sys.stderr
+        self.live = hasattr(self.stream, "isatty") and self.stream.isatty()
+
+    def say(self, message: str) -> None:
+        if not self.quiet:
+            print(message, file=self.stream, flush=True)
+
+    def counter(self, label: str):
+        """A ``callback(done, total)`` that reports progress of a loop."""
+        state = {"last": 0.0}
+
+        def report_progress(done: int, total: int) -> None:
+            if self.quiet:
+                return
+            now = time.monotonic()
+            if done == total or now - state["last"] > (0.2 if self.live else 5.0):
+                state["last"] = now
+                end = "\n" if done == total or not self.live else ""
+                prefix = "\r" if self.live else ""
+                print(f"{prefix}{label}: {done}/{total}", end=end, file=self.stream, flush=True)
+
+        return report_progress
+
+    @contextlib.contextmanager
+    def step(self, message: str) -> Iterator[None]:
+        self.say(f"{message} ...")
+        start = time.perf_counter()
+        yield
+        self.say(f"{message}: done in {time.perf_counter() - start:.1f} s")
+
+
+# --------------------------------------------------------------------------- user errors
+
+
+class UsageError(SystemExit):
+    """A mistake in what the user asked: ``main`` prints ``error: <message>``, exits 2.
+
+    A :class:`SystemExit` whose ``code`` is 2 (argparse's own code for a bad command line),
+    and whose ``str`` is the message: uncaught, it still ends the program with status 2.
+    """
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.code = 2
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """What argparse cannot check one option at a time, before any work starts.
+
+    Raises
+    ------
+    UsageError
+        For parts outside ``1..N``, a missing ``--data`` folder, ``--inputs-file`` or
+        ``--truth`` file, or these two without ``--data``.
+    """
+    parts = getattr(args, "parts", None) if args.command != "partition" else args.k
+    neurons = getattr(args, "neurons", None)
+    if parts is not None and neurons is not None and parts > neurons:
+        raise UsageError(f"-k/--parts {parts}: at most one part per neuron (N = {neurons})")
+    data = getattr(args, "data", None)
+    if data is not None and not data.is_dir():
+        raise UsageError(f"--data {data}: no such folder")
+    for option in ("inputs_file", "truth"):
+        path = getattr(args, option, None)
+        if path is None:
+            continue
+        name = "--" + option.replace("_", "-")
+        if data is None:
+            raise UsageError("--inputs-file and --truth go with --data")
+        if not path.is_file():
+            raise UsageError(f"{name} {path}: no such file")
+
+
+def check_row_groups(row_groups: int, rows: int) -> None:
+    """Each row group needs a row: more groups than rows is a mistake, not a slow run."""
+    if row_groups > rows:
+        raise UsageError(f"--row-groups {row_groups}: more row groups than the {rows} input "
+                         "rows")
+
+
+def check_writable_folder(folder: Path, option: str) -> None:
+    """Make ``folder`` if missing and make sure a file can be created in it, before any run.
+
+    Parameters
+    ----------
+    folder
+        ``compare``'s results folder, or ``generate``'s output folder.
+    option
+        How the message names it (``--results``, ``generate OUT``).
+
+    Raises
+    ------
+    UsageError
+        If it is a file, cannot be made, or is not writable (tried, not guessed from the
+        mode bits: root passes ``os.access`` everywhere).
+    """
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"{option} {folder}: not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-test-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as error:
+        raise UsageError(f"{option} {folder}: not writable ({error.strerror or error})"
+                         ) from error
+
+
+# --------------------------------------------------------------------------- the problem
+
+
+def _problem_spec(args: argparse.Namespace) -> ProblemSpec:
+    """The problem options as a spec (``partition`` has the network's options only)."""
+    def text(option: str) -> str | None:
+        value = getattr(args, option, None)
+        return None if value is None else str(value)
+
+    return ProblemSpec(neurons=args.neurons, layers=args.layers,
+                       inputs=getattr(args, "inputs", None), seed=args.seed,
+                       data=text("data"), inputs_file=text("inputs_file"),
+                       truth=text("truth"), tile=getattr(args, "tile", 1),
+                       order=getattr(args, "order", "official-like"))
+
+
+def load_network(args: argparse.Namespace, progress: Progress) -> Network:
+    """The network the options describe (:func:`sdnn_dask.study.load_network`: ``-L`` is
+    capped at the layers a ``--data`` folder holds, with a message)."""
+    try:
+        network, spec = study.load_network(_problem_spec(args), cache=not args.no_cache,
+                                           progress=progress.say,
+                                           layer_progress=progress.counter("layers"))
+    except StudyError as error:
+        raise UsageError(str(error)) from error
+    args.layers = spec.layers
+    return network
+
+
+def load_problem(args: argparse.Namespace, progress: Progress) -> Problem:
+    """The problem the options describe (:func:`sdnn_dask.study.load_problem`)."""
+    try:
+        return study.load_problem(_problem_spec(args), cache=not args.no_cache,
+                                  progress=progress.say,
+                                  layer_progress=progress.counter("layers"))
+    except StudyError as error:
+        raise UsageError(str(error)) from error
+
+
+# --------------------------------------------------------------------------- the cluster
+
+
+def open_client(args: argparse.Namespace, progress: Progress):
+    """A client on the ``--cluster`` (started here, or ``main``'s slurm-batch runner)."""
+    from ..cluster import ClusterError, cluster_client, cluster_profile, is_address
+
+    where = getattr(args, "cluster", None)
+    try:
+        if where is not None and not isinstance(where, str):  # main() started the runner
+            tls = ", TLS" if getattr(where.security, "require_encryption", False) else ""
+            with progress.step(f"waiting for the {where.n_workers} workers of this "
+                               f"allocation (slurm-batch{tls})"):
+                return cluster_client(where)
+        if is_address(where):
+            if args.workers:
+                raise ClusterError(f"--workers starts workers (local, slurm): {where} is a "
+                                   "running scheduler")
+            with progress.step(f"connecting to the scheduler at {where}"):
+                return cluster_client(where)
+        kind, options = cluster_profile(where)
+        if kind == "local":
+            workers = args.workers or options.get("n_workers") or os.cpu_count() or 1
+            message = f"starting a LocalCluster with {workers} workers (loopback)"
+        else:
+            workers = args.workers or options.get("n_workers")
+            message = (f"starting {workers} Dask workers as SLURM jobs "
+                       f"({where or kind}; scheduler here, TLS: "
+                       f"{'on' if options.get('security') is not False else 'OFF'})")
+        with progress.step(message):
+            return cluster_client(where, n_workers=workers)
+    except (ClusterError, ImportError) as error:
+        raise UsageError(str(error)) from error
+
+
+@contextlib.contextmanager
+def batch_runner(args: argparse.Namespace) -> Iterator[None]:
+    """Under ``--cluster slurm-batch``, make this srun's tasks a Dask cluster first.
+
+    Tasks other than the client become the scheduler or a worker and exit in here, before
+    any problem is loaded; the client task goes on with ``args.cluster`` set to the runner,
+    and stops the scheduler and workers on the way out, whatever happens.
+    """
+    if args.command not in ("infer", "compare", "study", "convert"):
+        yield
+        return
+    from ..cluster import ClusterError, cluster_profile, is_address, start_slurm_runner
+
+    try:
+        kind, options = ("address", {}) if is_address(args.cluster) else cluster_profile(
+            args.cluster)
+        if kind == "address" and args.workers:  # checked here: compare connects late
+            raise ClusterError(f"--workers starts workers (local, slurm): {args.cluster} is "
+                               "a running scheduler")
+        if kind != "slurm-batch":
+            runner = None
+        elif args.workers:
+            raise ClusterError("--workers does not apply to slurm-batch: the workers are the "
+                               "srun tasks after the first two")
+        else:
+            runner = start_slurm_runner(**options)
+    except (ClusterError, ImportError) as error:
+        raise UsageError(str(error)) from error
+    if runner is None:
+        yield
+        return
+    args.cluster = runner
+    try:
+        yield
+    finally:
+        runner.close()
+
+
+# --------------------------------------------------------------------------- lists of names
+
+
+def parse_names(value: str, allowed: Sequence[str], option: str,
+                what: str = "partition(s)") -> list[str]:
+    """A comma-separated list of names (``none`` or empty: no names)."""
+    names = [v.strip() for v in value.split(",") if v.strip() and v.strip() != "none"]
+    unknown = sorted(set(names) - set(allowed))
+    if unknown:
+        raise UsageError(f"{option}: unknown {what} {unknown}; choose from "
+                         f"{', '.join(allowed)} (or none)")
+    return names
+
+
+def parse_transports(value: str) -> list[str]:
+    """``--transport``'s comma-separated transports, at least one, each once."""
+    names = parse_names(value, TRANSPORTS, "--transport", "transport(s)")
+    if not names:
+        raise UsageError(f"--transport: name one of {', '.join(TRANSPORTS)}")
+    return list(dict.fromkeys(names))
+
+
+# --------------------------------------------------------------------------- tables and exit codes
+
+
+COMPARE_COLUMNS = ["strategy", "partition", "transport", "workers", "blocks", "parts",
+                   "seconds", "edges_per_s", "speedup", "vs_kernel", "imbalance", "mb_moved",
+                   "predicted_volume", "check"]
+
+
+def all_or_nothing(what: str, folder: Path, write: Callable[[], object]) -> int | None:
+    """Run a staged write of ``folder``; on Ctrl-C or a failed write, say the folder was
+    left as it was and return the exit code (130 or 2); ``None`` when it succeeded."""
+    try:
+        write()
+    except KeyboardInterrupt:
+        print(f"interrupted while writing {what}; {folder}/ left as it was", file=sys.stderr)
+        return 130
+    except OSError as error:
+        print(f"error: writing {what} failed ({error}); {folder}/ left as it was",
+              file=sys.stderr)
+        return 2
+    return None
+
+
+def exit_code_after_checks(n_failed: int, what: str, check: str = "the check", *,
+                           blank_line: bool = False) -> int:
+    """The exit code once a command's results are checked: 0 when none failed; else 1, after
+    ``<n_failed> <what> FAILED <check>`` on stderr (after an empty line if ``blank_line``).
+
+    Parameters
+    ----------
+    n_failed
+        How many runs (steps, epochs) failed their check.
+    what
+        What failed, as the message counts it: ``run(s)``, ``step(s)``, ``epoch(s)``.
+    check
+        The check they failed (``the check``, ``their check against the serial step``).
+    blank_line
+        Start the message with an empty line (after a table).
+    """
+    if not n_failed:
+        return 0
+    gap = "\n" if blank_line else ""
+    print(f"{gap}{n_failed} {what} FAILED {check}", file=sys.stderr)
+    return 1

@@ -1,0 +1,30 @@
+"""The ``report`` command: the report (report.html, summary.md, plots) built from a results
+folder's records, and the summary printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .. import records
+from ..report import outputs, summary_markdown
+from .common import all_or_nothing
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    folder = args.results_folder or args.results
+    table = records.read_records(folder)
+    summary = summary_markdown(table)
+    if not args.print_only:  # all together, or none, as compare writes them
+        layers = records.read_records(folder, "layers")
+        written: list[Path] = []
+        code = all_or_nothing("the report", folder, lambda: written.extend(
+            outputs.write_report_files(folder, table, layers,
+                                       lambda message: print(message, file=sys.stderr))))
+        if code is not None:
+            return code
+        print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
+    print(summary)
+    return 0
