@@ -1,8 +1,11 @@
 """The report: comparison tables, figures and one HTML page, pure functions of the records.
 
-* :mod:`.tables`: ``records -> runs -> comparison -> markdown``, the per-layer and per-block
-  tables, the headline;
-* :mod:`.figures`: the plots (the ``report`` extra's matplotlib);
+* :mod:`.tables`: ``records -> runs -> comparison``, the headline;
+* :mod:`.layers`: the per-layer and per-block tables;
+* :mod:`.summary`: the markdown summary (``-> markdown``), its columns and legend, the
+  projection table;
+* :mod:`.figures`: the plots (the ``report`` extra's matplotlib), drawn in the visual
+  language of :mod:`.style`; :mod:`.plots`: the ``plot_*`` file writers;
 * :mod:`.html`: one self-contained page of them;
 * :mod:`.outputs`: a results folder written all at once (records as CSV, the page, the
   summary, the plots).
@@ -12,25 +15,34 @@ The tables' names are re-exported here, so ``from sdnn_dask import report`` then
 """
 
 from ..formatting import format_cell, to_markdown, to_text
-from .figures import plot_communication, plot_comparison
-from .tables import (
-    COLUMN_NOTES,
-    CONFIG,
+from .layers import (
     MAX_BARS,
-    PARALLEL,
-    PARTITION_ORDER,
-    PROBLEM,
-    PROJECTION_COLUMNS,
-    SERIAL,
     SERIES,
-    SHOWN,
-    SHOWN_WHEN_VARYING,
-    STRATEGY_ORDER,
     TIME_PARTS,
-    TRANSPORT_ORDER,
     block_times,
     communication,
     communication_series,
+    layer_profile,
+    layer_times,
+)
+from .plots import plot_communication, plot_comparison
+from .summary import (
+    COLUMN_NOTES,
+    PROJECTION_COLUMNS,
+    SHOWN,
+    SHOWN_WHEN_VARYING,
+    projection_table,
+    shown_columns,
+    summary_markdown,
+)
+from .tables import (
+    CONFIG,
+    PARALLEL,
+    PARTITION_ORDER,
+    PROBLEM,
+    SERIAL,
+    STRATEGY_ORDER,
+    TRANSPORT_ORDER,
     comparison,
     count,
     describe,
@@ -38,15 +50,10 @@ from .tables import (
     headline,
     latest_runs,
     latest_study,
-    layer_profile,
-    layer_times,
     problems,
-    projection_table,
     rank,
     runs,
-    shown_columns,
     sort_configurations,
-    summary_markdown,
 )
 
 __all__ = [

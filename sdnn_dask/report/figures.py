@@ -1,4 +1,5 @@
-"""The report's plots: matplotlib figures of the tables in :mod:`sdnn_dask.report.tables`.
+"""The report's plots: matplotlib figures of the tables in :mod:`sdnn_dask.report.tables`
+and :mod:`sdnn_dask.report.layers`.
 
 Each ``*_figure`` function takes one problem's table (one network and input size) and
 returns a :class:`matplotlib.figure.Figure` (made without pyplot: no global state, no
@@ -8,7 +9,9 @@ display), or ``None`` when there is nothing to draw. :func:`png_bytes` and
 
 Series are drawn in the reader's order (serial first, then data, model, hybrid) and told
 apart the same way in every plot: colour by partition, marker by partition, line style by
-strategy, hollow markers and dotted lines for the ``graph`` transport.
+strategy, hollow markers and dotted lines for the ``graph`` transport
+(:mod:`sdnn_dask.report.style`). The ``plot_*`` file writers are in
+:mod:`sdnn_dask.report.plots`.
 """
 
 from __future__ import annotations
@@ -23,17 +26,28 @@ import numpy as np
 import pandas as pd
 
 from ..files import atomic_path
+from .layers import SERIES, TIME_PARTS
+from .style import (
+    COLOURS,
+    LINES,
+    MARKERS,
+    SERIAL_COLOURS,
+    SHARED_COLOUR,
+    SHARED_MARKER,
+    STRATEGY_MARKERS,
+    TIME_COLOURS,
+    TIME_SHORT,
+    config_title,
+    dodge,
+    series_style,
+    short_title,
+)
 from .tables import (
     PARALLEL,
     PARTITION_ORDER,
     SERIAL,
-    SERIES,
     STRATEGY_ORDER,
-    TIME_PARTS,
     TRANSPORT_ORDER,
-    communication,
-    communication_series,
-    comparison,
     count,
     rank,
 )
@@ -45,21 +59,7 @@ if TYPE_CHECKING:  # pragma: no cover
 #: What to install for plots.
 EXTRA_HINT = "plots need matplotlib: pip install 'sdnn_dask[report]'"
 
-COLOURS = {"none": "#444444", "chunks": "#8c564b", "block": "#1f77b4", "hash": "#ff7f0e",
-           "random": "#2ca02c", "hypergraph": "#d62728"}
-MARKERS = {"none": "*", "chunks": "v", "block": "o", "hash": "s", "random": "^",
-           "hypergraph": "D"}
-STRATEGY_MARKERS = {"reference": "*", "kernel": "*", "data": "o", "model": "s",
-                    "hybrid": "^"}
-LINES = {"reference": ":", "kernel": ":", "data": "-", "model": "--", "hybrid": "-."}
-SERIAL_COLOURS = {"reference": "#7f7f7f", "kernel": "#000000"}
-#: Colours of the per-layer time components (:data:`sdnn_dask.report.tables.TIME_PARTS`).
-TIME_COLOURS = {"seconds": "#4c72b0", "wait_s": "#dd8452", "send_s": "#55a868",
-                "deserialise_s": "#8172b3"}
-TIME_SHORT = {"seconds": "compute", "wait_s": "wait", "send_s": "send",
-              "deserialise_s": "deser."}
-#: A series standing for several partitions (identical bytes).
-SHARED_COLOUR, SHARED_MARKER = "#6a3d9a", "P"
+
 DPI = 110
 
 
@@ -94,51 +94,6 @@ def save_png(fig: Figure, path: str | Path) -> Path:
     return path
 
 
-def _style(strategy: str, partition: str, transport: str = "") -> dict:
-    """Line style of a series: colour by partition, marker by strategy, line by strategy;
-    hollow markers and a dotted line on the ``graph`` transport."""
-    if strategy in SERIAL:
-        return {"color": SERIAL_COLOURS.get(strategy, "#444444"), "marker": "*",
-                "linestyle": ":", "markersize": 12}
-    graph = transport == "graph"
-    colour = COLOURS.get(partition, "#17becf")
-    return {"color": colour, "marker": STRATEGY_MARKERS.get(strategy, "x"),
-            "linestyle": ":" if graph else LINES.get(strategy, "-"), "markersize": 8,
-            "markerfacecolor": "white" if graph else colour, "markeredgewidth": 1.4,
-            "linewidth": 1.6}
-
-
-def _config_title(row: pd.Series | dict) -> str:
-    """A model/hybrid/data configuration (:data:`SERIES`) as a short panel title."""
-    strategy = str(row["strategy"])
-    workers = count(row["workers"])
-    w = f"{workers} worker{'s' if workers != '1' else ''}"
-    if strategy == "data":
-        extra = ""
-        if "blocks" in row and count(row["blocks"]) != workers:
-            extra += f", {count(row['blocks'])} blocks"
-        if str(row.get("placement", "")) == "dynamic":
-            extra += ", dynamic"
-        return f"data parallelism, {w}{extra}"
-    transport = str(row["transport"])
-    transport = f", {transport}" if transport else ""
-    if strategy == "hybrid":
-        rows = str(row["row_partition"])
-        return (f"hybrid {count(row['row_groups'])} row groups{f' ({rows})' if rows else ''}"
-                f" x {count(row['parts'])} parts{transport}, {w}")
-    return f"model parallelism k={count(row['parts'])}{transport}, {w}"
-
-
-def _short_title(config: dict, partition: str) -> str:
-    """``model block, k=2`` or ``hybrid hash, 2 x 2`` (transport and workers are left to
-    the figure's title)."""
-    strategy = str(config["strategy"])
-    if strategy == "hybrid":
-        return (f"hybrid {partition}, {count(config['row_groups'])} row groups x "
-                f"{count(config['parts'])} parts")
-    return f"{strategy} {partition}, k={count(config['parts'])}"
-
-
 def _configs(table: pd.DataFrame) -> list[tuple[dict, pd.DataFrame]]:
     """``table`` split by :data:`SERIES` (and blocks and placement where it has them; in
     table order, which is the reader's order)."""
@@ -171,15 +126,6 @@ def _integer_ticks(ax: Axes, values: Sequence[int]) -> None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
-def _dodge(strategy: str, partition: str, transport: str) -> float:
-    """Sideways offset (in workers) of a series' points, so that configurations at the same
-    worker count do not hide each other: data left, model centre, hybrid right, partitions
-    spread within, the graph transport a little further."""
-    group = {"data": -0.2, "model": 0.0, "hybrid": 0.2}.get(strategy, 0.0)
-    rank = PARTITION_ORDER.index(partition) if partition in PARTITION_ORDER else 0
-    return group + (rank - 3.5) * 0.03 + (0.015 if transport == "graph" else 0.0)
-
-
 def rate_figure(cmp: pd.DataFrame, *, title: str = "") -> Figure | None:
     """Edges/s against workers, one line per strategy and partition (and transport).
 
@@ -189,7 +135,7 @@ def rate_figure(cmp: pd.DataFrame, *, title: str = "") -> Figure | None:
         One problem's :func:`sdnn_dask.report.tables.comparison` rows. At a worker count where a
         series has several configurations (e.g. block counts), the fastest is drawn.
         Serial runs are horizontal lines; configurations that failed the check are
-        crossed out in red. Points are dodged sideways (:func:`_dodge`) so that
+        crossed out in red. Points are dodged sideways (:func:`.style.dodge`) so that
         configurations at one worker count stay visible. The y axis is logarithmic when
         the rates span more than 10x.
     title
@@ -201,7 +147,7 @@ def rate_figure(cmp: pd.DataFrame, *, title: str = "") -> Figure | None:
     ax = fig.subplots()
     workers = cmp["workers"].astype(int)
     for _, row in cmp[cmp["strategy"].isin(SERIAL)].iterrows():
-        style = _style(str(row["strategy"]), "none")
+        style = series_style(str(row["strategy"]), "none")
         ax.axhline(row["edges_per_s"], color=style["color"], linestyle=":", linewidth=1.2)
         ax.plot([int(row["workers"])], [row["edges_per_s"]],
                 label=f"serial {row['strategy']}", **style)
@@ -224,11 +170,11 @@ def rate_figure(cmp: pd.DataFrame, *, title: str = "") -> Figure | None:
             label += f" ({count(first['row_groups'])} row groups)"
         if transport:
             label += f", {transport}"
-        ax.plot(best["workers"].astype(int) + _dodge(strategy, partition, transport),
-                best["edges_per_s"], label=label, **_style(strategy, partition, transport))
+        ax.plot(best["workers"].astype(int) + dodge(strategy, partition, transport),
+                best["edges_per_s"], label=label, **series_style(strategy, partition, transport))
     failed = cmp[cmp["check"] != "PASS"]
     if len(failed):
-        x = [int(r["workers"]) + (0 if r["strategy"] in SERIAL else _dodge(
+        x = [int(r["workers"]) + (0 if r["strategy"] in SERIAL else dodge(
             str(r["strategy"]), str(r["partition"]), str(r["transport"])))
             for _, r in failed.iterrows()]
         ax.plot(x, failed["edges_per_s"], linestyle="none",
@@ -253,7 +199,7 @@ def rate_figure(cmp: pd.DataFrame, *, title: str = "") -> Figure | None:
 
 def block_time_figure(blocks: pd.DataFrame, *, title: str = "") -> Figure | None:
     """Compute time of every block, one panel per configuration, the partitions' bars side
-    by side (``blocks``: one problem's :func:`sdnn_dask.report.tables.block_times`)."""
+    by side (``blocks``: one problem's :func:`sdnn_dask.report.layers.block_times`)."""
     if blocks.empty:
         return None
     configs = _configs(blocks)
@@ -277,7 +223,7 @@ def block_time_figure(blocks: pd.DataFrame, *, title: str = "") -> Figure | None
         ax.set_xlabel({"data": "row block", "model": "neuron part"}.get(
             strategy, "block (row group x parts + part)"))
         ax.set_ylabel(f"compute time ({unit})")
-        ax.set_title(_config_title(config), fontsize=10)
+        ax.set_title(config_title(config), fontsize=10)
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize=8, loc="upper center", ncols=min(2, len(partitions)),
                   framealpha=0.9)
@@ -289,7 +235,7 @@ def block_time_figure(blocks: pd.DataFrame, *, title: str = "") -> Figure | None
 
 def survivors_figure(profile: pd.DataFrame, *, title: str = "") -> Figure | None:
     """Surviving rows and nonzeros after each layer (``profile``: one problem's
-    :func:`sdnn_dask.report.tables.layer_profile`)."""
+    :func:`sdnn_dask.report.layers.layer_profile`)."""
     if profile.empty:
         return None
     fig = _figure(11, 3.8)
@@ -321,7 +267,7 @@ def survivors_figure(profile: pd.DataFrame, *, title: str = "") -> Figure | None
 def layer_time_figure(times: pd.DataFrame, *, title: str = "") -> Figure | None:
     """Where a part's time goes in each layer: compute, waiting, sending, deserialising,
     stacked, one panel per direct-transport model/hybrid configuration (``times``: one
-    problem's :func:`sdnn_dask.report.tables.layer_times`)."""
+    problem's :func:`sdnn_dask.report.layers.layer_times`)."""
     if times.empty:
         return None
     panels = []
@@ -346,7 +292,7 @@ def layer_time_figure(times: pd.DataFrame, *, title: str = "") -> Figure | None:
         totals = {c: float(rows[c].fillna(0).sum()) for c in TIME_PARTS}
         sum_scale, sum_unit = _time_unit(max(totals.values()))
         sums = [f"{TIME_SHORT[c]} {v * sum_scale:.3g}" for c, v in totals.items()]
-        ax.set_title(_short_title(config, partition), fontsize=9.5)
+        ax.set_title(short_title(config, partition), fontsize=9.5)
         ax.text(0.97, 0.95, f"sum over layers ({sum_unit})\n" + "  ".join(sums[:2]) + "\n"
                 + "  ".join(sums[2:]), transform=ax.transAxes, ha="right", va="top",
                 fontsize=8, linespacing=1.3,
@@ -372,7 +318,7 @@ def communication_figure(series: pd.DataFrame, *, title: str = "") -> Figure | N
     """MB moved between workers per layer, one panel per model/hybrid configuration, one
     line per neuron partition; partitions that moved identical bytes in every layer are
     one line labelled ``block = hash = ...`` (``series``:
-    :func:`sdnn_dask.report.tables.communication_series`). Each line has its own marker and its
+    :func:`sdnn_dask.report.layers.communication_series`). Each line has its own marker and its
     markers are staggered, so lines that nearly coincide stay distinguishable."""
     if series.empty:
         return None
@@ -400,7 +346,7 @@ def communication_figure(series: pd.DataFrame, *, title: str = "") -> Figure | N
         ax.set_xlabel("layer")
         if n % ncols == 0:
             ax.set_ylabel("MB moved between workers")
-        ax.set_title(_config_title(config), fontsize=10)
+        ax.set_title(config_title(config), fontsize=10)
         ax.grid(True, which="major", alpha=0.3)
         ax.legend(fontsize=8, loc="upper right", framealpha=0.9)
         if n_layers <= 30:
@@ -415,7 +361,7 @@ def communication_figure(series: pd.DataFrame, *, title: str = "") -> Figure | N
 def projection_figure(projection: pd.DataFrame, *, title: str = "") -> Figure | None:
     """Projected against measured seconds, log-log, with the y = x line; held-out points
     (not used to fit the projection) drawn as large hollow markers (``projection``:
-    :func:`sdnn_dask.report.tables.projection_table`)."""
+    :func:`sdnn_dask.report.summary.projection_table`)."""
     if projection.empty:
         return None
     fig = _figure(7.6, 5.4)
@@ -569,7 +515,7 @@ def training_figure(steps: pd.DataFrame, *, title: str = "") -> Figure | None:
             ["strategy", "partition", "workers"], sort=False):
         rows = rows.sort_values("batch")
         serial = strategy == "serial"
-        style = _style("kernel" if serial else str(strategy), str(partition))
+        style = series_style("kernel" if serial else str(strategy), str(partition))
         label = "serial" if serial else f"{strategy} {partition}, {count(workers)} w"
         ax_seconds.plot(rows["batch"], rows["seconds"], label=label, **style)
         if serial:
@@ -616,67 +562,3 @@ def training_figure(steps: pd.DataFrame, *, title: str = "") -> Figure | None:
     ax_seconds.set_title("seconds", fontsize=10)
     fig.suptitle("Training steps against the batch" + title)
     return fig
-
-
-def plot_communication(records: pd.DataFrame, layers: pd.DataFrame,
-                       path: str | Path) -> Path | None:
-    """MB moved per layer per neuron partition, one panel per model/hybrid configuration of
-    the latest study, partitions that moved identical bytes drawn as one series
-    (:func:`communication_series`); ``None`` when there is no such run. Needs the
-    ``report`` extra."""
-    series = communication_series(communication(records, layers))
-    if series.empty:
-        return None
-    return save_png(communication_figure(series), path)
-
-
-def _save(plt, fig, path: str | Path) -> Path:
-    """Write ``fig`` as a PNG atomically and free it."""
-    fig.tight_layout()
-    path = Path(path)
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
-    return path
-
-
-def _pyplot():
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as error:  # pragma: no cover - exercised only without the extra
-        raise ImportError(
-            "plots need matplotlib: pip install 'sdnn_dask[report]'"
-        ) from error
-    return plt
-
-
-def plot_comparison(records: pd.DataFrame, path: str | Path) -> Path:
-    """Bar chart of edges/s per configuration of the latest study (needs the ``report`` extra).
-
-    Raises
-    ------
-    ImportError
-        When matplotlib is missing, naming the extra to install.
-    """
-    plt = _pyplot()
-    cmp = comparison(records)
-    labels = [
-        f"{r.strategy}\n{r.partition}" + (
-            f"\n{r.workers}w x {r.blocks}b" if r.strategy == "data"
-            else f"\nk={r.parts}" + (f" x {r.blocks // r.parts}" if r.strategy == "hybrid"
-                                     else "") if r.strategy in ("model", "hybrid") else "")
-        for r in cmp.itertuples()
-    ]
-    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(cmp)), 4))
-    colors = ["#888888" if s in ("reference", "kernel") else "#3b75af" for s in cmp["strategy"]]
-    ax.bar(range(len(cmp)), cmp["edges_per_s"], color=colors)
-    ax.set_xticks(range(len(cmp)), labels, fontsize=8)
-    ax.set_ylabel("edges / s")
-    ax.set_title("Inference rate by strategy (median over repeats)")
-    for i, v in enumerate(cmp["speedup"]):
-        ax.annotate(f"{v:.1f}x", (i, cmp["edges_per_s"].iloc[i]), ha="center", va="bottom",
-                    fontsize=8)
-    return _save(plt, fig, path)

@@ -25,7 +25,15 @@ import pandas as pd
 from ..files import atomic_path, write_text_atomic
 from ..formatting import format_cell
 from . import figures
-from . import tables as rp
+from .layers import block_times, communication, communication_series, layer_profile, layer_times
+from .summary import (
+    COLUMN_NOTES,
+    PROJECTION_COLUMNS,
+    projection_table,
+    shown_columns,
+    summary_markdown,
+)
+from .tables import SERIAL, comparison, describe, failures, headline, latest_runs, problems
 
 DEFAULT_TITLE = "sdnn_dask report"
 
@@ -105,24 +113,24 @@ def build(runs: pd.DataFrame, layers: pd.DataFrame, *,
         is reported (:func:`sdnn_dask.report.tables.latest_study`).
     projection
         Optional projected against measured seconds (columns
-        :data:`sdnn_dask.report.tables.PROJECTION_COLUMNS`).
+        :data:`sdnn_dask.report.summary.PROJECTION_COLUMNS`).
     title
         The page's title.
     """
-    table = rp.latest_runs(runs)
-    cmp = rp.comparison(runs)
+    table = latest_runs(runs)
+    cmp = comparison(runs)
     try:
         figures.require_matplotlib()
         note = None
     except ImportError as error:
         note = str(error)
-    blocks = rp.block_times(runs)
-    profile = rp.layer_profile(runs, layers)
-    times = rp.layer_times(runs, layers)
-    series = rp.communication_series(rp.communication(runs, layers))
+    blocks = block_times(runs)
+    profile = layer_profile(runs, layers)
+    times = layer_times(runs, layers)
+    series = communication_series(communication(runs, layers))
     sections = []
-    for (network, inputs), rows in rp.problems(cmp):
-        section = Section(network, inputs, rows, rp.headline(rows))
+    for (network, inputs), rows in problems(cmp):
+        section = Section(network, inputs, rows, headline(rows))
         where = f" — {network}, {inputs:,} inputs"
         layers_n = int(rows["layers"].iloc[0])
         mine = {name: _rows_of(frame, network, inputs) for name, frame in
@@ -177,7 +185,7 @@ def build(runs: pd.DataFrame, layers: pd.DataFrame, *,
         sections.append(section)
     proj_table, proj_plot = None, None
     if projection is not None:
-        proj_table = rp.projection_table(projection)
+        proj_table = projection_table(projection)
         proj_table.attrs["rule"] = projection.attrs.get("rule", "")
         png = None if note or proj_table.empty else \
             _render(figures.projection_figure(proj_table))
@@ -185,7 +193,7 @@ def build(runs: pd.DataFrame, layers: pd.DataFrame, *,
                          "Projected against measured inference seconds, log-log; points on "
                          "the dashed line are exact. Large hollow markers are held out: "
                          "not used to fit the projection.", png)
-    return Report(title, table, rp.failures(runs), sections, proj_table, proj_plot, note)
+    return Report(title, table, failures(runs), sections, proj_table, proj_plot, note)
 
 
 def _stems(rep: Report) -> dict[tuple[str, int], str]:
@@ -289,8 +297,8 @@ def _img(plot: Plot, note: str | None) -> str:
 def _failure_html(failed: pd.DataFrame) -> str:
     items = []
     for _, row in failed.iterrows():
-        what = rp.describe(row) if row["strategy"] in rp.SERIAL else \
-            f"{row['strategy']} ({rp.describe(row)})"
+        what = describe(row) if row["strategy"] in SERIAL else \
+            f"{row['strategy']} ({describe(row)})"
         diff = row["max_abs_diff"]
         diff = f"{diff:.2g}" if pd.notna(diff) else "unknown"
         items.append(f"<li><b>FAIL</b> <code>{html.escape(str(row['network']))}</code>, "
@@ -303,10 +311,10 @@ def _failure_html(failed: pd.DataFrame) -> str:
 
 
 def _html_columns(cmp: pd.DataFrame) -> list[str]:
-    """The comparison's columns on the page: :data:`sdnn_dask.report.tables.SHOWN` less the
+    """The comparison's columns on the page: :data:`sdnn_dask.report.summary.SHOWN` less the
     empty ones, less ``repeats`` when every configuration has the same count (said under
     the table instead), and less ``survivor_imbalance`` (in the markdown)."""
-    columns = [c for c in rp.shown_columns(cmp) if c != "survivor_imbalance"]
+    columns = [c for c in shown_columns(cmp) if c != "survivor_imbalance"]
     if cmp["repeats"].nunique() == 1:
         columns.remove("repeats")
     return columns
@@ -395,12 +403,12 @@ def render_html(rep: Report) -> str:
                 parts.append(f"<p>The cost model (sdnn_dask.projection) is {esc(rule)}.</p>")
             if rep.projection_plot is not None:
                 parts.append(_img(rep.projection_plot, rep.plot_note))
-            parts.append(_html_table(proj, rp.PROJECTION_COLUMNS, css="projection"))
+            parts.append(_html_table(proj, PROJECTION_COLUMNS, css="projection"))
         else:
             parts.append("<p>The projection is empty.</p>")
         parts.append("</section>")
     notes = "".join(f"<dt>{esc(HEADERS.get(c, c))}</dt><dd>{esc(n)}</dd>"
-                    for c, n in rp.COLUMN_NOTES.items())
+                    for c, n in COLUMN_NOTES.items())
     parts += ['<section id="columns"><h2>What the columns mean</h2>',
               f'<dl class="notes">{notes}</dl></section>', "</body></html>"]
     return "\n".join(parts) + "\n"
@@ -477,8 +485,8 @@ def write_report(folder: Path, runs: pd.DataFrame, layers: pd.DataFrame, *,
     projection_image = None
     if rep.projection_plot is not None:
         projection_image = png(rep.projection_plot, "projection.png")
-    text = rp.summary_markdown(runs, title=title, images=images, projection=rep.projection,
-                               projection_image=projection_image, plot_note=rep.plot_note)
+    text = summary_markdown(runs, title=title, images=images, projection=rep.projection,
+                            projection_image=projection_image, plot_note=rep.plot_note)
     written.append(write_text_atomic(folder / "summary.md", text))
     written.append(write_text_atomic(folder / "report.html", render_html(rep)))
     return written
