@@ -14,19 +14,20 @@ from dense_reference import dense_infer, integer_inputs, integer_network
 from sdnn_dask.core.csr import transpose
 from sdnn_dask.core.kernels import (
     KernelSettings,
-    _InOrder,
     forward_block,
     start_block,
     stream_blocks,
 )
+from sdnn_dask.core.kernels.forward import _InOrder
 from sdnn_dask.core.network import Network, as_csr32
 from sdnn_dask.core.reference import infer_reference
 from sdnn_dask.data import store
 from sdnn_dask.data.radixnet import make_inputs, make_network
 from sdnn_dask.data.store import NetworkStore
 from sdnn_dask.data.streaming import StreamedNetwork, resident_bytes
-from sdnn_dask.parallel.data import DataParallelExecutor, choose_weights
+from sdnn_dask.parallel.data import DataParallelExecutor
 from sdnn_dask.parallel.serial import run_serial
+from sdnn_dask.parallel.weights import choose_weights
 from sdnn_dask.testing import assert_same_result
 
 N, L = 1024, 12

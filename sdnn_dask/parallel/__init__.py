@@ -2,7 +2,8 @@
 
 from ..core.result import Agreement, RunResult, compare_outputs, network_info
 from ..registry import STRATEGIES
-from .data import DataParallelExecutor, run_block
+from .blocks import run_block
+from .data import DataParallelExecutor
 from .faults import WorkerLostError
 from .model import TRANSPORTS, ModelParallelExecutor
 from .serial import SERIAL_METHODS, run_serial

@@ -12,8 +12,8 @@ A worker given several blocks runs them merged (``sdnn.data-parallel.merge-block
 each block alone through its early layers, then all their survivors together in full
 tiles (:func:`~sdnn_dask.core.kernels.start_block`, :func:`~sdnn_dask.core.kernels.finish_blocks`),
 so many small blocks cost little more than one per worker. Static placement runs one task
-per worker over the blocks pinned to it (:func:`run_blocks`); dynamic placement puts the
-block ids in a queue on the scheduler, and one task per worker (:func:`drain_queue`) takes
+per worker over the blocks pinned to it (:func:`~.blocks.run_blocks`); dynamic placement puts the
+block ids in a queue on the scheduler, and one task per worker (:func:`~.blocks.drain_queue`) takes
 the next id as it frees up, runs that block's early layers, and finishes the blocks it
 took, merged.
 
@@ -30,24 +30,17 @@ import os
 import time
 import uuid
 from collections.abc import Iterable
-from concurrent.futures import CancelledError, ThreadPoolExecutor
+from concurrent.futures import CancelledError
 from typing import Any
 
 import dask.array as da
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
-from distributed import Client, Future, Queue, as_completed, get_worker, wait
+from distributed import Client, Future, Queue, as_completed, wait
 
 from .. import config
 from ..core.kernels import (
-    BlockOutput,
-    BlockState,
-    KernelSettings,
-    finish_blocks,
-    forward_block,
-    start_block,
-    stream_blocks,
     warm_up_kernels,
 )
 from ..core.network import Network, as_csr32
@@ -58,175 +51,24 @@ from ..partition import make_row_partition
 from ..registry import PLACEMENTS
 from .allocator import tune_allocator
 from .base import Executor
+from .blocks import (
+    drain_queue,
+    finish_here,
+    run_block,
+    run_blocks,
+    start_one,
+    stream_here,
+)
 from .faults import WorkerLostError, connected, gather_pinned, place_retrying
 from .placement import keep_on
+from .weights import choose_weights, worker_memory_limit
 
 #: Times a run sends again the blocks a dead worker took with it, and reruns them.
 RETRIES = 3
 
-#: How a data-parallel run holds the weights (``sdnn.data-parallel.weights``).
-WEIGHTS = ("auto", "resident", "streamed")
-
 #: Dynamic placement: blocks queued or running per worker (one ahead of the one running,
 #: so a worker never waits for the client to hand it the next).
 AHEAD = 2
-
-
-
-def _where() -> str:
-    try:
-        return get_worker().address
-    except ValueError:  # called outside a worker (e.g. in a test)
-        return "local"
-
-
-def _block_result(out: BlockOutput, block_id: int, compute: float) -> dict[str, Any]:
-    return {"block": block_id, "worker": _where(), "n_rows": out.n_rows, "rows": out.rows,
-            "values": out.values, "compute_s": compute, "trace": out.trace}
-
-
-def run_block(network: Network, block: Any, block_id: int,
-              kernel: KernelSettings | None = None) -> dict[str, Any]:
-    """Run one block of rows through the network (executed on a worker).
-
-    ``block`` is a scipy sparse matrix or a pydata/sparse array; ``kernel`` the settings
-    resolved on the client (default: this process's ``sdnn.kernel.*``). Returns the
-    surviving rows (block-local ids), their activations, the compute time measured here
-    and the trace.
-    """
-    csr = _csr(block)
-    kernel = kernel or KernelSettings.resolve()
-    start = time.perf_counter()
-    out = forward_block(network, csr, settings=kernel)
-    return _block_result(out, block_id, time.perf_counter() - start)
-
-
-def _csr(block: Any) -> sp.csr_matrix:
-    return as_csr32(block.tocsr() if hasattr(block, "tocsr") else block)
-
-
-def start_one(network: Network, block: Any, kernel: KernelSettings) -> tuple[BlockState, float]:
-    """Phase 1 of one block (:func:`~sdnn_dask.core.kernels.start_block`), on a worker: the
-    state stays there for :func:`finish_here`. Returns it and its seconds."""
-    csr = _csr(block)
-    start = time.perf_counter()
-    state = start_block(network, csr, kernel)
-    return state, time.perf_counter() - start
-
-
-def finish_here(network: Network, block_ids: list[int], kernel: KernelSettings,
-                *started: tuple[BlockState, float]) -> list[dict[str, Any]]:
-    """The rest of the layers of the blocks this worker started, their survivors merged
-    into full tiles (:func:`~sdnn_dask.core.kernels.finish_blocks`).
-
-    A block's ``compute_s`` is its phase 1 plus its share of the merged phase 2: the
-    phase's seconds split by the blocks' own layer seconds in it.
-    """
-    states = [s for s, _ in started]
-    start = time.perf_counter()
-    outs = finish_blocks(network, states, kernel)
-    merged = time.perf_counter() - start
-    late = np.array([max(0.0, o.trace["seconds"].sum() - s.seconds)
-                     for o, s in zip(outs, states, strict=True)])
-    share = late / late.sum() if late.sum() > 0 else np.full(len(late), 1 / max(1, len(late)))
-    return [_block_result(out, b, first + merged * part)
-            for out, b, (_, first), part in zip(outs, block_ids, started, share, strict=True)]
-
-
-def drain_queue(network: Network, queue: str, kernel: KernelSettings, first: int,
-                *blocks: Any) -> list[dict[str, Any]]:
-    """Dynamic placement's worker loop (executed on every worker of the run): run block
-    ``first``'s early layers, then take the next block id from the scheduler's queue
-    ``queue``, and so on until a stop (``-1``); then finish the blocks taken here, their
-    survivors merged (:func:`finish_here`). Every worker holds every block, so nothing
-    moves but ids.
-
-    The next id is asked for while the current block runs, so a worker never waits for
-    the scheduler: it has claimed one block ahead of the one it runs. The first block is
-    given, not taken, so that no worker claims a second before the others have a first
-    (with as many blocks as workers, one would otherwise run two while another idles).
-    """
-    ids = Queue(queue)
-    taken: list[int] = []
-    started: list[tuple[BlockState, float]] = []
-    with ThreadPoolExecutor(1, thread_name_prefix="sdnn-next-block") as asker:
-        b = first
-        while b >= 0:
-            ahead = asker.submit(ids.get)  # while block b runs
-            taken.append(b)
-            started.append(start_one(network, blocks[b], kernel))
-            b = int(ahead.result())
-    return finish_here(network, taken, kernel, *started) if taken else []
-
-
-def run_blocks(network: Network, block_ids: list[int], kernel: KernelSettings,
-               *blocks: Any) -> list[dict[str, Any]]:
-    """Run the blocks one worker holds (executed there): each alone through its early
-    layers, then their survivors merged into full tiles (as :func:`finish_here`)."""
-    return finish_here(network, block_ids, kernel,
-                       *(start_one(network, block, kernel) for block in blocks))
-
-
-def stream_here(network: StreamedNetwork, block_ids: list[int], kernel: KernelSettings,
-                *blocks: Any) -> list[dict[str, Any]]:
-    """Run the blocks one worker holds through a streamed network (executed there): all
-    their rows through a layer, then the next (:func:`~sdnn_dask.core.kernels.stream_blocks`),
-    so the worker reads each layer once. A block's ``compute_s`` is its share of the whole,
-    split by its own layer seconds."""
-    csrs = [_csr(block) for block in blocks]
-    start = time.perf_counter()
-    outs = stream_blocks(network, csrs, kernel)
-    total = time.perf_counter() - start
-    own = np.array([o.trace["seconds"].sum() for o in outs])
-    share = own / own.sum() if own.sum() > 0 else np.full(len(own), 1 / max(1, len(own)))
-    return [_block_result(out, b, total * part)
-            for out, b, part in zip(outs, block_ids, share, strict=True)]
-
-
-def worker_memory_limit(client: Client, workers: list[str]) -> int | None:
-    """The smallest memory limit of ``workers`` in bytes (``None`` if none has one)."""
-    try:
-        info = client.scheduler_info(n_workers=-1)["workers"]  # every worker, not 5
-    except TypeError:  # distributed before 2025: every worker, always
-        info = client.scheduler_info()["workers"]
-    limits = [int(info[w].get("memory_limit") or 0) for w in workers if w in info]
-    limits = [m for m in limits if m > 0]
-    return min(limits) if limits else None
-
-
-def choose_weights(network: Network | NetworkStore | StreamedNetwork, weights: str,
-                   memory_limit: int | None) -> tuple[str, str]:
-    """Resident or streamed weights for ``network``, and why, in words.
-
-    A :class:`~sdnn_dask.core.network.Network` is in memory already: resident. A store (or a
-    streamed network) is ``weights`` if that is not ``"auto"``; with ``"auto"``, resident
-    when a worker's copy (:func:`~sdnn_dask.data.streaming.resident_bytes`) fits in
-    ``sdnn.data-parallel.resident-fraction`` of ``memory_limit``, else streamed.
-    """
-    if weights not in WEIGHTS:
-        raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
-    if isinstance(network, Network):
-        if weights == "streamed":
-            raise ValueError("streamed weights need a network store (sdnn-dask convert, or "
-                             "generate --store); this network is in memory")
-        return "resident", "resident: the network is in memory"
-    need = (network.resident_bytes() if isinstance(network, StreamedNetwork)
-            else StreamedNetwork(network).resident_bytes())
-    if weights != "auto":
-        return weights, f"{weights}: as asked ({need / 1e9:.2f} GB per worker if resident)"
-    fraction = float(config.get("data-parallel.resident-fraction"))
-    if memory_limit is None:
-        import psutil
-
-        memory_limit = int(psutil.virtual_memory().total)
-    budget = fraction * memory_limit
-    if need <= budget:
-        return "resident", (f"resident: a worker's copy ({need / 1e9:.2f} GB, weights and "
-                            f"transpose) fits in {fraction:g} of its {memory_limit / 1e9:.1f} "
-                            "GB memory limit")
-    return "streamed", (f"streamed: a worker's copy would be {need / 1e9:.2f} GB (weights and "
-                        f"transpose), over {fraction:g} of its {memory_limit / 1e9:.1f} GB "
-                        "memory limit; each worker reads the store layer by layer")
 
 
 class DataParallelExecutor(Executor):
@@ -247,7 +89,7 @@ class DataParallelExecutor(Executor):
         Compile the kernels on every worker now, so runs are timed warm.
     weights
         ``"resident"``, ``"streamed"`` or ``"auto"`` (default
-        ``sdnn.data-parallel.weights``; see :func:`choose_weights`). Streamed, each
+        ``sdnn.data-parallel.weights``; see :func:`~.weights.choose_weights`). Streamed, each
         worker maps the store (one machine's workers share its pages in the page cache)
         and runs its blocks layer by layer, all of them through a layer before the next;
         only static placement with merged blocks runs so. The choice, and why, are
@@ -431,7 +273,7 @@ class DataParallelExecutor(Executor):
 
         ``blocks`` are the data scattered as ``block_futures``, block ``b`` on worker
         ``b mod P``: each worker's blocks run there, merged into one task if ``merge``
-        (:func:`run_blocks`), and blocks lost with a worker are sent again from them.
+        (:func:`~.blocks.run_blocks`), and blocks lost with a worker are sent again from them.
         Without them (dask array chunks, which Dask recomputes itself) each block is a task
         wherever its chunk is, and a lost block raises :exc:`WorkerLostError`.
         """
@@ -501,10 +343,10 @@ class DataParallelExecutor(Executor):
 
         Each worker has at most :data:`AHEAD` blocks queued or running, and gets the next
         block when one finishes (so it never idles waiting for the client). With
-        ``merge``, a block's task runs only its early layers (:func:`start_one`) and its
+        ``merge``, a block's task runs only its early layers (:func:`~.blocks.start_one`) and its
         state stays on the worker; once every block is handed out, each worker finishes
         the blocks it started in one task, their survivors merged into full tiles
-        (:func:`finish_here`).
+        (:func:`~.blocks.finish_here`).
 
         A worker lost mid-run raises :exc:`WorkerLostError` (no retry: the blocks are
         everywhere, but which ran is the manager's state).
@@ -571,7 +413,7 @@ class DataParallelExecutor(Executor):
     def _drain(self, block_futures: list[Future]) -> tuple[list[dict[str, Any]], float]:
         """Dynamic placement with merging: worker ``w`` is given block ``w`` and the other
         block ids go into a queue on the scheduler (before the clock); one
-        :func:`drain_queue` task per worker takes them as it frees up. Timed. A worker lost
+        :func:`~.blocks.drain_queue` task per worker takes them as it frees up. Timed. A worker lost
         mid-run raises :exc:`WorkerLostError`."""
         n = len(block_futures)
         workers = self.workers[:n]  # a worker with no first block has nothing to do
