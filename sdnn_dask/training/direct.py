@@ -42,19 +42,16 @@ import time
 from typing import Any
 
 import numpy as np
-from distributed import get_worker, secede
-from distributed.worker import thread_state
 
 from ..core.kernels import ROW_TILE, dense_step
-from ..parallel.transport.direct import PIECE_TIMEOUT, POLL_SECONDS, part_of_run
+from ..parallel.transport.direct import PIECE_TIMEOUT, POLL_SECONDS
 from ..parallel.transport.exchange import (
-    EXTENSION,
     PieceExchange,
-    RunAborted,
     pack,
     unpack,
     wait_pieces,
 )
+from ..parallel.transport.slot import joined_run
 from . import compiled
 from .compiled import (
     delta_t,
@@ -384,24 +381,13 @@ def run_slot(key: str, token: str, group: int, part: int, groups: int, parts: in
         ``wait_s`` (waiting for pieces) and ``send_s`` (cutting, serialising and queueing
         the pieces it sent).
     """
-    worker = get_worker()
-    exchange: PieceExchange | None = worker.extensions.get(EXTENSION)
-    if exchange is None:
-        raise RuntimeError("this worker has no sdnn exchange plugin; the trainers "
-                           "register it")
-    task = thread_state.key
-    secede()  # slots sharing this worker must run at the same time
-    peers = sorted({w for row in route for w in row})
-    run = exchange.join(token, expected=expected, peers=peers, strategy="training")
-
-    def alive() -> None:
-        ts = worker.state.tasks.get(task)
-        if ts is None or ts.state in ("cancelled", "released", "forgotten"):
-            raise RunAborted(f"training step {token}: slot ({group}, {part}) was cancelled")
-
-    slot = _Slot(exchange, run, token, group, part, route, alive, timeout, poll)
     start = time.perf_counter()
-    with part_of_run(exchange, token, "training", f"slot ({group}, {part}) on {slot.here}"):
+    with joined_run(token, expected=expected, peers=sorted({w for row in route for w in row}),
+                    strategy="training", label=f"slot ({group}, {part})",
+                    cancelled=f"training step {token}: slot ({group}, {part}) was cancelled",
+                    registered_by="the trainers register it") as joined:
+        slot = _Slot(joined.exchange, joined.run, token, group, part, route, joined.alive,
+                     timeout, poll)
         if whole:
             loss = _data_step(slot, key, groups, x, labels, share, backend)
         else:

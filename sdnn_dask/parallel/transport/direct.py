@@ -30,13 +30,10 @@ part fails or the caller is interrupted, so no task is left waiting for a piece.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from concurrent.futures import CancelledError
-from contextlib import contextmanager
 from typing import Any
 
-from distributed import Client, Future, get_worker, secede, wait
-from distributed.worker import thread_state
+from distributed import Client, Future, wait
 
 from ..faults import WorkerLostError, connected
 from ..slabs import PartPlan, Slab, part_layer_step, piece_for
@@ -49,6 +46,7 @@ from .exchange import (
     unpack,
     wait_pieces,
 )
+from .slot import joined_run
 
 #: How often a waiting part checks that its task is still wanted, and the client that
 #: the run's workers are still connected.
@@ -137,27 +135,16 @@ def run_part(plan: PartPlan, slab: Slab, *, token: str, group: int, route: list[
         ``slab`` (the last level, with the part's trace), ``timing`` (tuples of
         :data:`TIMING_COLUMNS`), ``messages`` (tuples of :data:`MESSAGE_COLUMNS`).
     """
-    worker = get_worker()
-    exchange: PieceExchange | None = worker.extensions.get(EXTENSION)
-    if exchange is None:
-        raise RuntimeError("this worker has no sdnn exchange plugin; use "
-                           "ModelParallelExecutor, which registers it")
-    key = thread_state.key
-    here = worker.address
     part = plan.part
-    secede()  # parts sharing this worker must run at the same time
-    run = exchange.join(token, expected=expected, peers=route, strategy=strategy)
-
-    def alive() -> None:
-        ts = worker.state.tasks.get(key)
-        if ts is None or ts.state in ("cancelled", "released", "forgotten"):
-            raise RunAborted(f"{strategy} run {token}: part {part} of group {group} "
-                             "was cancelled")
-
     timing: list[tuple] = []
     sent: list[list[Any]] = []
     checked = 0
-    with part_of_run(exchange, token, strategy, f"part {part} of group {group} on {here}"):
+    with joined_run(token, expected=expected, peers=route, strategy=strategy,
+                    label=f"part {part} of group {group}",
+                    cancelled=f"{strategy} run {token}: part {part} of group {group} "
+                              "was cancelled",
+                    registered_by="use ModelParallelExecutor, which registers it") as joined:
+        exchange, run, here = joined.exchange, joined.run, joined.here
         for layer in range(1, n_layers + 1):
             lp = plan.layers[layer - 1]
             start = time.perf_counter()
@@ -183,7 +170,7 @@ def run_part(plan: PartPlan, slab: Slab, *, token: str, group: int, route: list[
                 sent[checked][-1].result()  # raises WorkerLostError if it failed
                 checked += 1
             t0 = time.perf_counter()
-            got = wait_pieces(run, (group, layer, part), plan.sources(layer), alive=alive,
+            got = wait_pieces(run, (group, layer, part), plan.sources(layer), alive=joined.alive,
                               poll=poll, timeout=timeout)
             waited = time.perf_counter() - t0
             # transit: the slowest remote piece, from queued there to filed here
@@ -197,25 +184,6 @@ def run_part(plan: PartPlan, slab: Slab, *, token: str, group: int, route: list[
         for record in sent:  # every piece written: the bytes the comm reported
             record[-1] = record[-1].result(timeout=timeout)
     return {"slab": slab, "timing": timing, "messages": [tuple(r) for r in sent]}
-
-
-@contextmanager
-def part_of_run(exchange: PieceExchange, token: str, strategy: str, label: str
-                ) -> Iterator[None]:
-    """Run one task's share of direct run ``token``: whatever goes wrong stops the run's
-    other tasks on this worker (a lost worker said as such, with ``label`` saying who saw
-    it), and the task leaves the run however it ends."""
-    try:
-        yield
-    except WorkerLostError as error:
-        error = WorkerLostError(strategy, error.lost, f" ({label} saw it)")
-        exchange.abort(token, error)
-        raise error from None
-    except BaseException as error:
-        exchange.abort(token, error)  # the other parts here stop too
-        raise
-    finally:
-        exchange.leave(token)
 
 
 def gather_direct(client: Client, futures: list[Future], workers: set[str], *, token: str,
