@@ -26,10 +26,10 @@ from sdnn_dask.parallel.slabs import (
     make_part_plans,
     part_layer_step,
     piece_for,
-    step,
     take_columns,
-    tiles,
 )
+from sdnn_dask.parallel.slabs import step as slab_step
+from sdnn_dask.parallel.slabs import tiles as slab_tiles
 from sdnn_dask.partition import NeuronPartition, make_neuron_partition
 
 
@@ -152,7 +152,8 @@ def test_take_columns_of_nothing():
     assert len(none.rows) == 0 and none.n_columns == 2 and none.nnz == 0
 
 
-@pytest.mark.parametrize("append", [tiles._append_nonzeros, tiles._append_nonzeros_scalar])
+@pytest.mark.parametrize("append",
+                         [slab_tiles._append_nonzeros, slab_tiles._append_nonzeros_scalar])
 @pytest.mark.parametrize("m", [0, 1, 15, 16, 17, 64, 300])
 def test_append_nonzeros(m, append):
     rng = np.random.default_rng(m)
@@ -190,7 +191,7 @@ def _inputs(rng, kinds, n_union, n_columns):
         slab = Slab(rows, tile=np.ascontiguousarray(values.T)) if form == "tile" else Slab(
             rows, blocks=BlockCSC.from_csr(sp.csr_matrix(values), 37))
         expected[np.ix_(rows, cols)] = values[:, read]
-        inputs.append(step._Input(slab, read if extra else None, cols))
+        inputs.append(slab_step._Input(slab, read if extra else None, cols))
     return inputs, expected
 
 
@@ -207,10 +208,10 @@ def test_fill_tile_and_gather(kinds, chunk):
     n_columns = 12
     inputs, expected = _inputs(rng, kinds, 230, n_columns)
     live = [s for s in inputs if s.nnz]
-    rows, positions = step._union_rows(live)
+    rows, positions = slab_step._union_rows(live)
     np.testing.assert_array_equal(rows, np.flatnonzero(expected.any(axis=1)))
     dense = expected[rows]
-    args = step._kernel_args(live, positions)
+    args = slab_step._kernel_args(live, positions)
     starts, bounds, idxs, vals, poss, same, kind, srcs, tiles = args
     bases = np.concatenate([[0], np.cumsum([len(s) for s in srcs])])
     cur = np.concatenate([st[0][s] for st, s in zip(starts, srcs, strict=True)])
@@ -220,11 +221,11 @@ def test_fill_tile_and_gather(kinds, chunk):
         m = min(len(rows), c0 + chunk) - c0
         width = m + 3  # padding columns come out zero
         yt = np.full((n_columns, width), np.nan, np.float32)  # every entry is written
-        tiles._fill_tile(starts, bounds, idxs, vals, poss, same, kind, srcs, tiles, cur,
+        slab_tiles._fill_tile(starts, bounds, idxs, vals, poss, same, kind, srcs, tiles, cur,
                      bases[:-1], rcur, cblk, c0, m, yt)
         np.testing.assert_array_equal(yt[:, :m], dense[c0 : c0 + m].T)
         assert not yt[:, m:].any()
-    xp, xi, xx = step._gather_csr(*args, n_columns, len(rows))
+    xp, xi, xx = slab_step._gather_csr(*args, n_columns, len(rows))
     x = sp.csr_matrix((xx, xi, xp), shape=(len(rows), n_columns))
     assert x.has_sorted_indices
     np.testing.assert_array_equal(x.toarray(), dense)
