@@ -14,9 +14,10 @@ N = 1024, the rows that survive, and the peak memory of this process and of the 
 At N = 65536 the network is 251 M edges (about 3 GB with its transpose, in this process
 and in each worker). The headline networks do not fit that way. With ``--headline FOLDER``
 the script then runs generated 16384-1920 and 65536-1920 (``--headline-sizes``) streamed
-from network stores in FOLDER (written there while generated if missing, about 8 and 33 GB;
-removed afterwards unless ``--keep``): on ``--headline-rows`` rows (1000), the serial kernel
-in this process and data parallelism on 2 workers (weights chosen by ``auto``: streamed),
+from network stores in FOLDER (written there while generated if missing, about 2 and 8 GB
+in store version 2, 8 and 33 GB in version 1; removed afterwards unless ``--keep``): on
+``--headline-rows`` rows (1000), the serial kernel in this process and data parallelism on
+2 workers (weights chosen by ``auto``: streamed),
 the two checked against each other on every row and against the scipy reference on
 ``--check-rows`` of them (8: half that survive, half that do not), with the peak memory of
 all processes (this one and the cluster's, sampled: the sum of their PSS, so the store's

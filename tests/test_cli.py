@@ -315,3 +315,45 @@ def test_convert_bad_input_exits_2_naming_the_file(small_challenge, tmp_path, ca
         main(["convert", str(data), str(data), "-L", "3", "--overwrite", "-q"])
     assert info.value.code == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+
+
+def test_convert_rewrites_a_store_in_the_current_version(small_challenge, tmp_path, capsys):
+    """A store as SOURCE (here a version-1 one, as older releases wrote): rewritten layer by
+    layer, in this process, in version 2; into OUT, or in place with --overwrite."""
+    from store_v1 import write_v1_store
+
+    from sdnn_dask.data import store
+
+    old = write_v1_store(tmp_path / "old.store", io.read_network(small_challenge, 1024, 3))
+    was = store.open_store(old).nbytes()
+    out = tmp_path / "new.store"
+    assert main(["convert", str(old), str(out), "--workers", "2"]) == 0
+    captured = capsys.readouterr()
+    assert (f"wrote 3 layers, 98304 edges, 0.2 MB (from {was / 1e6:.1f} MB in version 1): "
+            f"the network store {out}") in captured.out
+    assert "layers: 3/3" in captured.err and "--workers are not used" in captured.err
+    opened = store.open_store(out, verify=True)
+    assert opened.version == 2 and opened.source["version"] == 1
+    _equal_to_the_text_files(opened, small_challenge, 3)
+
+    for argv, message in [
+        (["-N", "4096"], "a store of N = 1024, not 4096"),
+        (["-L", "4"], "the store holds layers 1-3, not 4"),
+        ([], "a network store is there already; not replaced without overwrite; pass "
+             "--overwrite to replace it"),
+    ]:
+        with pytest.raises(SystemExit, match=message) as info:
+            main(["convert", str(old), str(old), *argv, "-q"])
+        assert info.value.code == 2
+    assert store.open_store(old).version == 1
+    assert main(["convert", str(old), str(old), "-L", "2", "--overwrite", "-q"]) == 0
+    rewritten = store.open_store(old, verify=True)
+    assert (rewritten.version, rewritten.n_layers) == (2, 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new.store", "old.store"]
+
+    manifest = old / "manifest.json"
+    manifest.write_text(manifest.read_text().replace('"version": 2', '"version": 9'))
+    assert main(["convert", str(old), str(out), "--overwrite", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {manifest}: version 9 of sdnn-network-store" in err
+    assert "--overwrite" in err

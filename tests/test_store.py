@@ -1,4 +1,9 @@
-"""The network store: round trips, the layer window, all-or-nothing writes, bad files."""
+"""The network store: round trips, the layer window, all-or-nothing writes, bad files.
+
+The store is written in version 2 (``tests/test_store_v2.py`` tests its encodings); the
+checks of files that only version 1 always has (row pointers, values) run on a version-1
+store (:func:`store_v1.write_v1_store`), which this release still reads.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from store_v1 import write_v1_store
 
 from sdnn_dask.core.kernels import forward_block
 from sdnn_dask.core.network import Network
@@ -33,6 +39,12 @@ def net() -> Network:
 def written(tmp_path, net):
     """A store of ``net`` at ``tmp_path / "net"``."""
     return store.write_network(tmp_path / "net", net)
+
+
+@pytest.fixture
+def written_v1(tmp_path, net):
+    """A version-1 store of ``net`` at ``tmp_path / "net"``."""
+    return write_v1_store(tmp_path / "net", net)
 
 
 def _same_layer(a: sp.csr_matrix, b: sp.csr_matrix) -> bool:
@@ -67,9 +79,9 @@ def test_round_trip_keeps_every_layer_bias_ymax_and_name(tmp_path, net, bias):
     for k, expected in enumerate(net.layers, start=1):
         layer = opened.layer(k)
         assert _same_layer(layer, expected), k
-        # read-only maps of the files, not copies
-        assert _is_mapped(layer.data) and _is_mapped(layer.indices)
-        assert Path(store_reader._mapped_file(layer.data)).name == f"l{k}.data.npy"
+        # RadiX-Net: one file of uint16 columns, decoded (the values are one number)
+        assert not _is_mapped(layer.indices) and layer.indices.flags.writeable
+        assert store_reader._mapped_file(layer.data) is None
     again = opened.to_network()
     assert np.array_equal(again.bias, net.bias) and again.ymax == net.ymax
     assert again.name == net.name
@@ -94,20 +106,23 @@ def test_irregular_and_empty_layers_round_trip(tmp_path):
 
 def test_manifest_and_files_are_plain_and_say_their_sizes_and_hashes(written, net):
     manifest = json.loads((written / "manifest.json").read_text())
-    assert (manifest["format"], manifest["version"]) == ("sdnn-network-store", 1)
+    assert (manifest["format"], manifest["version"]) == ("sdnn-network-store", 2)
     assert manifest["bias"] == -0.3  # the shortest decimal of the float32 bias
+    # RadiX-Net: 32 nonzeros a row, every weight 1/16: only the columns have a file
     assert sorted(p.name for p in written.iterdir()) == sorted(
-        ["manifest.json"] + [f"l{k}.{part}.npy" for k in range(1, L + 1)
-                             for part in ("indptr", "indices", "data")])
+        ["manifest.json"] + [f"l{k}.indices.npy" for k in range(1, L + 1)])
     for k, entry in enumerate(manifest["layers"], start=1):
         assert entry["nnz"] == net.layers[k - 1].nnz
-        for part, dtype in (("indptr", "<i8"), ("indices", "<i4"), ("data", "<f4")):
-            file = entry["files"][part]
-            path = written / file["name"]
-            assert file["bytes"] == path.stat().st_size
-            assert file["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
-            array = np.load(path, allow_pickle=False)
-            assert array.dtype == np.dtype(dtype) and array.ndim == 1
+        assert entry["encoding"] == {"indptr": "uniform", "row_nnz": 32, "indices": "uint16",
+                                     "data": "constant", "value": 0.0625,
+                                     "value_bits": "0x3d800000"}
+        assert list(entry["files"]) == ["indices"]
+        file = entry["files"]["indices"]
+        path = written / file["name"]
+        assert file["bytes"] == path.stat().st_size
+        assert file["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+        array = np.load(path, allow_pickle=False)
+        assert array.dtype == np.dtype("<u2") and array.shape == (entry["nnz"],)
 
 
 def test_write_store_takes_one_layer_at_a_time(tmp_path, net):
@@ -117,7 +132,7 @@ def test_write_store_takes_one_layer_at_a_time(tmp_path, net):
     def layers():
         for layer in net.layers:
             (partial,) = tmp_path.glob(".net.*.partial")
-            seen.append(len(list(partial.glob("l*.data.npy"))))
+            seen.append(len(list(partial.glob("l*.indices.npy"))))
             assert not (tmp_path / "net").exists()
             yield layer
 
@@ -139,13 +154,20 @@ def test_a_layer_count_that_differs_from_n_layers_writes_nothing(tmp_path, net):
 # --------------------------------------------------------------------------- the window
 
 
+@pytest.mark.parametrize("version", [1, 2])
 @pytest.mark.parametrize("window", [0, 1, 2, 7])
-def test_layers_come_in_order_whatever_the_window(written, net, window):
-    opened = store.open_store(written)
+def test_layers_come_in_order_whatever_the_window(tmp_path, net, window, version):
+    folder = (write_v1_store if version == 1 else store.write_network)(tmp_path / "net", net)
+    opened = store.open_store(folder)
+    assert opened.version == version
     got = list(opened.layers(window=window))
     assert len(got) == L and all(_same_layer(a, b) for a, b in zip(got, net.layers,
                                                                     strict=True))
-    assert all(_is_mapped(w.data) for w in got)
+    # version 1: read-only maps of the files, not copies; version 2: decoded
+    assert all(_is_mapped(w.data) == _is_mapped(w.indices) == (version == 1) for w in got)
+    if version == 1:
+        assert [Path(store_reader._mapped_file(w.data)).name for w in got] == [
+            f"l{k}.data.npy" for k in range(1, L + 1)]
     assert not _prefetch_threads()
 
 
@@ -321,8 +343,12 @@ def _truncate(folder):
 @pytest.mark.parametrize(("damage", "file", "message"), [
     (lambda f: (f / "manifest.json").unlink(), "manifest.json", "missing"),
     (lambda f: (f / "manifest.json").write_text("{not json"), "manifest.json", "not JSON"),
-    (lambda f: _edit_manifest(f, version=2), "manifest.json",
-     "version 2 of sdnn-network-store; this sdnn_dask 0.1.0 reads version 1 only"),
+    (lambda f: _edit_manifest(f, version=3), "manifest.json",
+     "version 3 of sdnn-network-store (written by sdnn_dask 0.1.0); this sdnn_dask 0.1.0 "
+     "reads versions 1 and 2 only: rewrite it from the challenge files with this release "
+     "(sdnn-dask convert CHALLENGE_DIR "),
+    (lambda f: _edit_manifest(f, version=True), "manifest.json",
+     "version True of sdnn-network-store"),
     (lambda f: _edit_manifest(f, format="other"), "manifest.json", "format 'other'"),
     (lambda f: _edit_manifest(f, n_layers=5), "manifest.json", "4 layer entries for n_layers 5"),
     (lambda f: _edit_manifest(f, edges=1), "manifest.json", "the layers' nnz add up to"),
@@ -332,9 +358,11 @@ def _truncate(folder):
     (_garbage_header, "l2.indptr.npy", "not a readable .npy file"),
     (_same_size_float64, "l1.data.npy", "holds a float64 array of shape (16384,); expected "
                                         "layer 1's data: 32768 float32 values"),
-], ids=["no-manifest", "manifest-not-json", "version", "format", "layer-count", "edges",
-        "missing-file", "truncated", "garbage-header", "float64"])
-def test_a_bad_store_is_refused_on_open_naming_the_file(written, damage, file, message):
+], ids=["no-manifest", "manifest-not-json", "version", "version-bool", "format",
+        "layer-count", "edges", "missing-file", "truncated", "garbage-header", "float64"])
+def test_a_bad_store_is_refused_on_open_naming_the_file(written_v1, damage, file, message):
+    """A version-1 store (its three files a layer); version 2's: tests/test_store_v2.py."""
+    written = written_v1
     damage(written)
     with pytest.raises(ChallengeFormatError) as info:
         store.open_store(written)
@@ -359,7 +387,9 @@ def _set(folder, name, index, value):
     (lambda f: _set(f, "l3.data.npy", 9, np.nan), "l3.data.npy", "not finite"),
     (lambda f: _set(f, "l3.data.npy", 9, 0.0), "l3.data.npy", "explicit zeros"),
 ], ids=["index-out-of-range", "indptr-decreasing", "indptr-end", "unsorted", "nan", "zero"])
-def test_bad_contents_are_found_when_the_layer_is_first_read(written, damage, file, message):
+def test_bad_contents_are_found_when_the_layer_is_first_read(written_v1, damage, file,
+                                                             message):
+    written = written_v1
     damage(written)
     opened = store.open_store(written)  # sizes and headers are right
     k = int(file[1])
@@ -373,7 +403,8 @@ def test_bad_contents_are_found_when_the_layer_is_first_read(written, damage, fi
     assert info.value.path == written / file
 
 
-def test_verify_finds_a_changed_weight_by_its_hash(written):
+def test_verify_finds_a_changed_weight_by_its_hash(written_v1):
+    written = written_v1
     _set(written, "l2.data.npy", 3, 0.125)  # a valid weight: only the hash tells
     opened = store.open_store(written)
     assert opened.layer(2).data[3] == np.float32(0.125)
@@ -425,7 +456,7 @@ def test_commit_checks_the_files_tasks_wrote(tmp_path, net):
         (w.tmp / "l1.indices.npy").unlink()
         w.commit(n_neurons=N)
     assert info.value.path.name == "l1.indices.npy"
-    assert "missing; expected 131200 bytes" in str(info.value)
+    assert "missing; expected 65664 bytes" in str(info.value)  # 32768 uint16 columns
     assert not list(tmp_path.iterdir())
 
 

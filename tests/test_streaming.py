@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from dense_reference import dense_infer, integer_inputs, integer_network
+from store_v1 import write_v1_store
 
 from sdnn_dask.core.csr import transpose
 from sdnn_dask.core.kernels import (
@@ -197,6 +198,38 @@ def test_each_layer_is_read_once_in_order(held, inputs):
     with pytest.raises(RuntimeError, match="read once, in order"):
         layers[1]
     layers.close()
+
+
+class _KeepingStore(NetworkStore):
+    """A real store that keeps the first matrix it returned for each layer."""
+
+    def __init__(self, folder, manifest):
+        super().__init__(folder, manifest)
+        self.given: dict[int, sp.csr_matrix] = {}
+
+    def layer(self, k):
+        matrix = super().layer(k)
+        self.given.setdefault(int(k), matrix)
+        return matrix
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_kernel_layers_copy_maps_and_nothing_else(net, tmp_path, version):
+    """A version-1 layer is read-only maps: copied, once. A version-2 RadiX-Net layer is
+    decoded by the store into new arrays already (uint16 columns, one value): used as
+    they are, not copied again."""
+    folder = (write_v1_store if version == 1 else store.write_network)(tmp_path / "s", net)
+    opened = store.open_store(folder)
+    kept = _KeepingStore(opened.folder, opened.manifest)
+    for k, (w, _, _) in enumerate(StreamedNetwork(kept, n_layers=3, window=1).kernel_layers(),
+                                  start=1):
+        given = kept.given[k]
+        assert (w != net.layers[k - 1]).nnz == 0
+        for part in ("data", "indices"):
+            mine, its = getattr(w, part), getattr(given, part)
+            assert mine.flags.writeable and not isinstance(mine.base, np.memmap)
+            assert np.shares_memory(mine, its) == (version == 2), part
+        assert w.indptr is given.indptr  # scipy's int32 copy either way
 
 
 def test_reading_stops_when_every_row_has_died(held):

@@ -186,16 +186,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("convert", help="convert challenge layer files into a binary, "
-                                       "memory-mappable network store, a Dask task per file")
-    p.add_argument("challenge_dir", type=Path, metavar="CHALLENGE_DIR",
+                                       "memory-mappable network store, a Dask task per file; "
+                                       "or rewrite a store in the current format version")
+    p.add_argument("source", type=Path, metavar="SOURCE",
                    help="challenge folder with neuron{N}/n{N}-l{k}.tsv[.gz] (or the "
-                        "neuron{N} folder)")
+                        "neuron{N} folder); or a network store (a folder with manifest.json, "
+                        "of any version this release reads), rewritten here layer by layer "
+                        "in the current version, without a cluster")
     p.add_argument("out", type=Path, metavar="OUT",
-                   help="the store's folder (new, or empty; or a store, with --overwrite)")
-    p.add_argument("--neurons", "-N", type=_neurons, default=1024,
-                   help="neurons per layer: 1024, 4096, 16384 or 65536 (1024)")
-    p.add_argument("--layers", "-L", type=POSITIVE, default=120,
-                   help="layers 1..L to convert, every file present (120)")
+                   help="the store's folder (new, or empty; or a store, with --overwrite: "
+                        "SOURCE itself, to rewrite a store in place)")
+    p.add_argument("--neurons", "-N", type=_neurons, default=None,
+                   help="neurons per layer: 1024, 4096, 16384 or 65536 (default: 1024; for a "
+                        "store SOURCE, its N, and a different -N is an error)")
+    p.add_argument("--layers", "-L", type=POSITIVE, default=None,
+                   help="layers 1..L to convert, every file present (default: 120; for a "
+                        "store SOURCE, all it holds)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace a network store at OUT, once the new one is whole (default: "
                         "an existing OUT is an error)")

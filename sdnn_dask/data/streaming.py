@@ -11,9 +11,11 @@ computing (reading the files, checking them on their first read), so reading ove
 compute and at most ``window + 1`` layers are held at a time. No transpose is built: the
 kernel's dense step walks ``W`` itself.
 
-The layers are memory maps of the store's files, so processes on one machine that stream
-the same store read the same pages of the operating system's page cache rather than each
-a private copy; on a cluster they read from the shared file system. A streamed network
+The layers are read from memory maps of the store's files, so processes on one machine
+that stream the same store read the same pages of the operating system's page cache
+rather than each a private copy; on a cluster they read from the shared file system. (A
+version-2 store's compact files, uint16 columns and no file for uniform rows or a
+constant value, are what is read and cached; each process decodes them.) A streamed network
 pickles as its store's folder, layer count and window: a worker given one opens the store
 itself (once per process).
 """
@@ -28,19 +30,18 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import scipy.sparse as sp
 
 from .. import config
 from ..core.kernels import InputOrder, input_order
-from .store import NetworkStore, open_store
+from .store import NetworkStore, open_store, writable_array
 
 __all__ = ["StreamedNetwork", "resident_bytes"]
 
 PathLike = str | os.PathLike
 
 #: Layers beyond the prepared window whose files are asked of the disk ahead (page cache
-#: only: about 25 MB a layer at N = 65536).
+#: only: a RadiX-Net layer at N = 65536 is 4.2 MB in a version-2 store, 25 MB in version 1).
 READ_AHEAD = 4
 
 #: Stores opened in this process, by folder and manifest time: a worker opens each once.
@@ -131,15 +132,16 @@ class StreamedNetwork:
         that step is faster than the one on ``W^T``, and building ``W^T`` would cost more
         than either, in every worker. Two background threads prepare the layers
         ``window`` ahead (read, checked on the first read, copied out of the maps, since
-        the compiled kernels take writable arrays; the inputs' order), and the files of
+        the compiled kernels take writable arrays, unless the store decoded them into
+        new arrays already; the inputs' order), and the files of
         :data:`READ_AHEAD` more layers are asked of the disk. A layer is dropped as the
         caller moves on; closing the iterator stops the threads.
         """
 
         def prepare(k: int) -> tuple[sp.csr_matrix, None, InputOrder]:
-            mapped = self.store.layer(k)  # checked on its first read
-            w = sp.csr_matrix((np.array(mapped.data), np.array(mapped.indices),
-                               np.array(mapped.indptr)), shape=mapped.shape, copy=False)
+            read = self.store.layer(k)  # checked on its first read
+            w = sp.csr_matrix((writable_array(read.data), writable_array(read.indices),
+                               writable_array(read.indptr)), shape=read.shape, copy=False)
             w.has_sorted_indices = w.has_canonical_format = True
             ahead = k + self.window + READ_AHEAD
             if ahead <= self.n_layers:  # the disk reads on while these are prepared

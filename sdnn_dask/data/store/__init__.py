@@ -1,33 +1,43 @@
 """A network on disk in a binary, memory-mappable form, written and read layer by layer.
 
-A *network store* is a folder of plain little-endian ``.npy`` files, three per layer (CSR
-``indptr``, ``indices``, ``data``), and a ``manifest.json`` (see :mod:`.manifest` for the
-layout). A layer is read with ``np.load(mmap_mode="r")``: a CSR matrix over read-only
-memory maps, so only the pages a computation touches are read, and the operating system
-may drop them again. :func:`write_store` writes one layer at a time into a hidden folder
-beside the destination and renames it into place once the manifest (written last) is
-complete, so a folder named like the store is always a whole store;
-:func:`convert_challenge` does the same from the challenge's text files, one Dask task per
-file.
+A *network store* is a folder of plain little-endian ``.npy`` files, one to three per layer
+(CSR ``indptr``, ``indices``, ``data``), and a ``manifest.json`` (see :mod:`.manifest` for
+the layout). Version 2, which this release writes, keeps each layer as compactly as its
+data allows (:mod:`.encoding`): columns as uint16 when N <= 65536, no row pointers when
+every row has the same count, no values file when every weight is the same (RadiX-Net:
+one uint16 file a layer, 2 bytes an edge); version 1, which it also reads, has all three
+files, int64, int32 and float32. A layer's files are read with
+``np.load(mmap_mode="r")``: a CSR matrix over read-only memory maps where the files hold
+the kernel's dtypes, so only the pages a computation touches are read, and the operating
+system may drop them again; otherwise decoded into new arrays, the same canonical CSR bit
+for bit. :func:`write_store` writes one layer at a time into a hidden folder beside the
+destination and renames it into place once the manifest (written last) is complete, so a
+folder named like the store is always a whole store; :func:`convert_challenge` does the
+same from the challenge's text files, one Dask task per file, and :func:`convert_store`
+from another store (a version-1 store rewritten as version 2).
 
 :func:`open_store` checks what is cheap at once (the manifest, and for every file: present,
 its size, its ``.npy`` header's dtype and shape) and the contents of a layer when it is
 first read (see :meth:`NetworkStore.layer`); :meth:`NetworkStore.verify` also compares
 every file with its SHA-256. Anything wrong is a
-:class:`~sdnn_dask.data.io.ChallengeFormatError` naming the file.
+:class:`~sdnn_dask.data.io.ChallengeFormatError` naming the file (or the manifest).
 
-* :mod:`.manifest`: the format (file names, format and version), the manifest's checks and
-  each file's checks against it;
+* :mod:`.encoding`: how a layer's arrays are kept (the version-2 encodings);
+* :mod:`.manifest`: the format (file names, format and versions), the manifest's checks
+  and each file's checks against it;
 * :mod:`.writer`: :class:`StoreWriter`, :func:`write_store`, :func:`write_network`;
 * :mod:`.convert`: :func:`convert_challenge`, challenge files into a store on Dask;
+  :func:`convert_store`, a store into the current version;
 * :mod:`.reader`: :func:`open_store` and :class:`NetworkStore` (layer checks, read-ahead).
 """
 
-from .convert import convert_challenge, convert_layer
-from .manifest import BIAS_FILE, FORMAT, MANIFEST, VERSION, layer_file
-from .reader import NetworkStore, open_store
+from .convert import convert_challenge, convert_layer, convert_store
+from .encoding import LayerEncoding
+from .manifest import BIAS_FILE, FORMAT, MANIFEST, READS, VERSION, layer_file
+from .reader import NetworkStore, open_store, writable_array
 from .writer import StoreWriter, check_destination, write_layer_files, write_network, write_store
 
-__all__ = ["BIAS_FILE", "FORMAT", "MANIFEST", "VERSION", "NetworkStore", "StoreWriter",
-           "check_destination", "convert_challenge", "convert_layer", "layer_file",
-           "open_store", "write_layer_files", "write_network", "write_store"]
+__all__ = ["BIAS_FILE", "FORMAT", "MANIFEST", "READS", "VERSION", "LayerEncoding",
+           "NetworkStore", "StoreWriter", "check_destination", "convert_challenge",
+           "convert_layer", "convert_store", "layer_file", "open_store", "writable_array",
+           "write_layer_files", "write_network", "write_store"]

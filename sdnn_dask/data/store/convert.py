@@ -1,8 +1,11 @@
-"""The challenge's layer files converted into a network store, one Dask task per file.
+"""The challenge's layer files converted into a network store, one Dask task per file; a
+store rewritten in the current version.
 
 :func:`convert_challenge` parses and writes each file with :func:`convert_layer` (on a
 ``distributed.Client``, or one after another here) into a :class:`~.writer.StoreWriter`,
-which writes the manifest last, once every layer is done.
+which writes the manifest last, once every layer is done. :func:`convert_store` reads a
+store of any version this release reads and writes it again, layer by layer, in the
+current one (:data:`~.manifest.VERSION`).
 """
 
 from __future__ import annotations
@@ -12,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from .. import io
 from ..io import ChallengeFormatError
 from .manifest import PathLike, file_sha256
+from .reader import open_store, writable_array
 from .writer import Progress, StoreWriter, write_layer_files
 
 
@@ -102,6 +107,80 @@ def convert_challenge(
             _convert_on(client, paths, n_neurons, tmp, writer, progress)
         return writer.commit(n_neurons=n_neurons, bias=bias, ymax=ymax, name=name,
                              source=source)
+
+
+def convert_store(
+    source: PathLike,
+    folder: PathLike,
+    *,
+    n_layers: int | None = None,
+    overwrite: bool = False,
+    verify: bool = True,
+    progress: Progress | None = None,
+) -> Path:
+    """Rewrite a network store in the current version, one layer at a time.
+
+    Each layer is read from ``source`` (checked, and its files' SHA-256 with ``verify``),
+    written in the encoding the writer chooses for it, and dropped before the next: the
+    network is never held whole. The bias, ymax, name and every layer's ``source`` are
+    kept; the new manifest's ``source`` says which store, of which version, it was
+    rewritten from. ``folder`` may be ``source`` itself, with ``overwrite``: the old store
+    is replaced once the new one is whole.
+
+    Parameters
+    ----------
+    source
+        A store of a version this release reads (1 or 2).
+    folder
+        The new store (see :func:`~.writer.write_store`).
+    n_layers
+        Rewrite layers ``1..n_layers`` only (default: all); the name then says so.
+    overwrite
+        As in :func:`~.writer.write_store`.
+    verify
+        Check each layer's files against their SHA-256 as they are read (the contents are
+        checked either way), so a file changed since ``source`` was written is not given
+        new hashes.
+    progress
+        Called as ``progress(done, n_layers)`` after each layer.
+
+    Returns
+    -------
+    Path
+        ``folder``, absolute.
+
+    Raises
+    ------
+    ChallengeFormatError
+        ``source`` is not a store this release reads, or a layer fails its checks; nothing
+        is written.
+    FileExistsError
+        See :func:`~.writer.check_destination`.
+    """
+    opened = open_store(source)
+    total = opened.n_layers if n_layers is None else n_layers
+    if isinstance(total, bool) or not isinstance(total, int) or \
+            not 1 <= total <= opened.n_layers:
+        raise ValueError(f"n_layers must be in 1..{opened.n_layers} (the store's layers), got "
+                         f"{n_layers!r}")
+    name = opened.name if total == opened.n_layers else f"{opened.name} (layers 1-{total})"
+    origin = {"store": str(opened.folder.absolute()), "version": opened.version,
+              "source": opened.source}
+    n = opened.n_neurons
+    with StoreWriter(folder, overwrite=overwrite) as writer:
+        for k in range(1, total + 1):
+            if verify:
+                opened.verify_layer(k)
+            w = opened.layer(k)
+            # writable (scipy's canonical checks write), copied only where w is a map
+            w = sp.csr_matrix((writable_array(w.data), writable_array(w.indices),
+                               writable_array(w.indptr)), shape=w.shape, copy=False)
+            writer.write_layer(k, w, n, source=opened.manifest["layers"][k - 1].get("source"))
+            del w
+            if progress is not None:
+                progress(k, total)
+        return writer.commit(n_neurons=n, bias=opened.bias, ymax=opened.ymax, name=name,
+                             source=origin)
 
 
 def _convert_task(path: str, n_neurons: int, layer: int, folder: str):

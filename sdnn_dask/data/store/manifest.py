@@ -3,17 +3,25 @@
 A *network store* is a folder::
 
     STORE/manifest.json        format and version, N, L, edges, bias, ymax, name, source,
-                               and per layer its nonzeros and files (name, bytes, SHA-256)
+                               and per layer its nonzeros, its encoding and its files
+                               (name, bytes, SHA-256)
     STORE/bias.npy             float32 (N,): only when the bias differs between neurons
-    STORE/l1.indptr.npy        int64 (N + 1,): row pointers of W_1 (CSR)
-    STORE/l1.indices.npy       int32 (nnz,):   columns, strictly increasing in each row
-    STORE/l1.data.npy          float32 (nnz,): weights, finite and nonzero
+    STORE/l1.indptr.npy        int64 (N + 1,): row pointers of W_1 (CSR); none when every
+                               row has the same count (encoding "uniform", its row_nnz)
+    STORE/l1.indices.npy       uint16 (N <= 65536) or int32 (nnz,): columns, strictly
+                               increasing in each row
+    STORE/l1.data.npy          float32 (nnz,): weights, finite and nonzero; none when every
+                               weight is the same (encoding "constant", its value)
     ...                        l2.* .. lL.* (layers are 1-based, as in the challenge files)
 
-Every array is a plain little-endian ``.npy`` file (``np.save(allow_pickle=False)``).
-:func:`read_manifest` checks a manifest's fields and :func:`check_file` a file against its
-entry (present, its size, its ``.npy`` header's dtype and shape); anything wrong is a
-:class:`~sdnn_dask.data.io.ChallengeFormatError` naming the file.
+That is version 2, which this release writes (:mod:`.encoding` chooses each layer's
+encoding from its data). It also reads version 1, whose layers have no ``encoding`` and
+all three files, int64, int32 and float32. Every array is a plain little-endian ``.npy``
+file (``np.save(allow_pickle=False)``). :func:`read_manifest` checks a manifest's fields
+(each layer's encoding against its N and nonzeros, and that its files are the ones the
+encoding keeps) and :func:`check_file` a file against its entry (present, its size, its
+``.npy`` header's dtype and shape); anything wrong is a
+:class:`~sdnn_dask.data.io.ChallengeFormatError` naming the file or the manifest.
 """
 
 from __future__ import annotations
@@ -29,17 +37,18 @@ import numpy as np
 
 from ...version import __version__
 from ..io import ChallengeFormatError
+from .encoding import VERSION_1, LayerEncoding, parse_encoding
 
 PathLike = str | os.PathLike
 
-#: The ``format`` a manifest names, and the ``version`` this module writes and reads.
+#: The ``format`` a manifest names, the ``version`` the writer writes, and the versions
+#: :func:`read_manifest` reads.
 FORMAT = "sdnn-network-store"
-VERSION = 1
+VERSION = 2
+READS = (1, 2)
 MANIFEST = "manifest.json"
 BIAS_FILE = "bias.npy"
 
-#: A layer's arrays, in file order, with their exact on-disk dtypes.
-PARTS = (("indptr", np.dtype("<i8")), ("indices", np.dtype("<i4")), ("data", np.dtype("<f4")))
 _BLOCK = 1 << 20
 
 
@@ -106,8 +115,36 @@ def check_file(path: Path, file: dict[str, Any], what: str, dtype: np.dtype, len
 
 
 def _bad_manifest(path: Path, message: str) -> ChallengeFormatError:
+    versions = " or ".join(map(str, READS))
     return ChallengeFormatError(path, f"{message}; expected the manifest of a "
-                                f"{FORMAT} version {VERSION}")
+                                f"{FORMAT} version {versions}")
+
+
+def _unreadable_version(path: Path, manifest: dict[str, Any]) -> ChallengeFormatError:
+    version = manifest.get("version")
+    writer = manifest.get("written_by")
+    by = f" (written by {writer})" if isinstance(writer, str) else ""
+    return ChallengeFormatError(
+        path, f"version {version!r} of {FORMAT}{by}; this sdnn_dask {__version__} reads "
+        f"versions {' and '.join(map(str, READS))} only: rewrite it from the challenge files "
+        f"with this release (sdnn-dask convert CHALLENGE_DIR {path.parent} --overwrite), or "
+        f"open it with a release that reads version {version!r}")
+
+
+def layer_encoding(manifest: dict[str, Any], layer: int) -> LayerEncoding:
+    """How layer ``layer`` (1-based) of a manifest is stored (version 1: three files).
+
+    Raises
+    ------
+    ValueError
+        The layer's ``encoding`` is malformed (see
+        :func:`~sdnn_dask.data.store.encoding.parse_encoding`); :func:`read_manifest`
+        reports it naming the manifest.
+    """
+    entry = manifest["layers"][layer - 1]
+    if manifest["version"] == 1:
+        return VERSION_1
+    return parse_encoding(entry.get("encoding"), manifest["n_neurons"], entry["nnz"])
 
 
 def _integer(value: Any, what: str, path: Path, low: int = 0) -> int:
@@ -156,9 +193,8 @@ def read_manifest(folder: Path) -> dict[str, Any]:
         raise _bad_manifest(path, f"a JSON {type(manifest).__name__}, not an object")
     if manifest.get("format") != FORMAT:
         raise _bad_manifest(path, f"format {manifest.get('format')!r}")
-    if manifest.get("version") != VERSION:
-        raise ChallengeFormatError(path, f"version {manifest.get('version')!r} of {FORMAT}; "
-                                   f"this sdnn_dask {__version__} reads version {VERSION} only")
+    if type(manifest.get("version")) is not int or manifest["version"] not in READS:
+        raise _unreadable_version(path, manifest)
     n = _integer(manifest.get("n_neurons"), "n_neurons", path, 1)
     n_layers = _integer(manifest.get("n_layers"), "n_layers", path, 1)
     layers = manifest.get("layers")
@@ -171,10 +207,16 @@ def read_manifest(folder: Path) -> dict[str, Any]:
         _integer(entry.get("nnz"), f"layer {k}'s nnz", path)
         if entry["nnz"] > n * n:
             raise _bad_manifest(path, f"layer {k}'s nnz {entry['nnz']} exceeds N^2 = {n * n}")
+        try:
+            encoding = layer_encoding(manifest, k)
+        except ValueError as error:
+            raise _bad_manifest(path, f"layer {k}'s encoding: {error}") from None
+        parts = [part for part, _, _ in encoding.files(n, entry["nnz"])]
         files = entry.get("files")
-        if not isinstance(files, dict) or set(files) != {part for part, _ in PARTS}:
-            raise _bad_manifest(path, f"layer {k}'s files are {files!r}")
-        for part, _ in PARTS:
+        if not isinstance(files, dict) or set(files) != set(parts):
+            raise _bad_manifest(path, f"layer {k}'s files are {files!r}; its encoding keeps "
+                                f"{', '.join(parts)} in files")
+        for part in parts:
             _file_entry(files[part], layer_file(k, part), f"layer {k}'s {part}", path)
     edges = sum(entry["nnz"] for entry in layers)
     if manifest.get("edges") != edges:

@@ -1,12 +1,16 @@
 """A network store opened for reading: memory-mapped CSR layers, checked, read ahead.
 
-Every array is read with ``np.load(mmap_mode="r")``: a layer is a CSR matrix over read-only
-memory maps, so only the pages a computation touches are read, and the operating system
-may drop them again. :func:`open_store` checks what is cheap at once (the manifest, and for
-every file: present, its size, its ``.npy`` header's dtype and shape) and the contents of a
-layer when it is first read (see :meth:`NetworkStore.layer`); :meth:`NetworkStore.verify`
-also compares every file with its SHA-256. Anything wrong is a
-:class:`~sdnn_dask.data.io.ChallengeFormatError` naming the file.
+Every file is read with ``np.load(mmap_mode="r")``: a layer is a CSR matrix over read-only
+memory maps where its files hold the kernel's dtypes (a version-1 store, or a version-2
+layer's float32 values and int32 columns), so only the pages a computation touches are
+read, and the operating system may drop them again; what a version-2 store keeps more
+compactly (uint16 columns, a constant value, uniform rows: :mod:`.encoding`) is decoded
+into new arrays, the same values bit for bit. :func:`open_store` checks what is cheap at
+once (the manifest, and for every file: present, its size, its ``.npy`` header's dtype
+and shape) and the contents of a layer when it is first read (see
+:meth:`NetworkStore.layer`); :meth:`NetworkStore.verify` also compares every file with
+its SHA-256. Anything wrong is a :class:`~sdnn_dask.data.io.ChallengeFormatError` naming
+the file (or the manifest, for what it holds).
 """
 
 from __future__ import annotations
@@ -24,13 +28,15 @@ import scipy.sparse as sp
 
 from ...core.network import Network
 from ..io import ChallengeFormatError
+from .encoding import PARTS, decode
 from .manifest import (
     BIAS_FILE,
-    PARTS,
+    MANIFEST,
     PathLike,
     check_file,
     expected_array,
     file_sha256,
+    layer_encoding,
     read_manifest,
 )
 
@@ -38,10 +44,11 @@ from .manifest import (
 def open_store(folder: PathLike, *, verify: bool = False) -> NetworkStore:
     """Open a network store for reading.
 
-    Checks the manifest (present, this format and version, consistent counts) and every
-    file it lists (present, its size, its ``.npy`` header: dtype and shape), which reads a
-    few hundred bytes per file. The arrays' contents are checked when a layer is first read
-    (:meth:`NetworkStore.layer`); ``verify`` checks them all now, and every SHA-256.
+    Checks the manifest (present, this format and a version this release reads: 1 or 2,
+    consistent counts and encodings) and every file it lists (present, its size, its
+    ``.npy`` header: dtype and shape), which reads a few hundred bytes per file. The
+    arrays' contents are checked when a layer is first read (:meth:`NetworkStore.layer`);
+    ``verify`` checks them all now, and every SHA-256.
 
     Raises
     ------
@@ -52,11 +59,9 @@ def open_store(folder: PathLike, *, verify: bool = False) -> NetworkStore:
     manifest = read_manifest(folder)
     n = manifest["n_neurons"]
     for k, entry in enumerate(manifest["layers"], start=1):
-        lengths = {"indptr": n + 1, "indices": entry["nnz"], "data": entry["nnz"]}
-        for part, dtype in PARTS:
+        for part, dtype, length in layer_encoding(manifest, k).files(n, entry["nnz"]):
             file = entry["files"][part]
-            check_file(folder / file["name"], file, f"layer {k}'s {part}", dtype,
-                        lengths[part])
+            check_file(folder / file["name"], file, f"layer {k}'s {part}", dtype, length)
     store = NetworkStore(folder, manifest)
     if verify:
         store.verify()
@@ -79,6 +84,11 @@ class NetworkStore:
         manifest keeps one number when every neuron has the same).
     source
         What the store was written from (the manifest's ``source``; ``None`` if unknown).
+    version
+        The store's format version (1 or 2).
+    encodings
+        How each layer is stored, layer ``k`` at ``k - 1``
+        (:class:`~sdnn_dask.data.store.encoding.LayerEncoding`).
     """
 
     def __init__(self, folder: Path, manifest: dict[str, Any]):
@@ -90,6 +100,8 @@ class NetworkStore:
         self.name: str = manifest["name"]
         self.ymax = float(manifest["ymax"])
         self.source = manifest.get("source")
+        self.version: int = manifest["version"]
+        self.encodings = [layer_encoding(manifest, k) for k in range(1, self.n_layers + 1)]
         self.bias: np.ndarray = (self._load_bias(manifest["bias"])
                                  if isinstance(manifest["bias"], dict)
                                  else np.full(self.n_neurons, manifest["bias"], np.float32))
@@ -110,10 +122,16 @@ class NetworkStore:
                                        "bias per neuron")
         return bias
 
+    def _layer_files(self, k: int) -> Iterator[tuple[Path, dict[str, Any]]]:
+        """Layer ``k``'s files (those its encoding keeps), with their manifest entries."""
+        files = self.manifest["layers"][k - 1]["files"]
+        for part in PARTS:
+            if part in files:
+                yield self.folder / files[part]["name"], files[part]
+
     def _files(self) -> Iterator[tuple[Path, dict[str, Any]]]:
-        for entry in self.manifest["layers"]:
-            for part, _ in PARTS:
-                yield self.folder / entry["files"][part]["name"], entry["files"][part]
+        for k in range(1, self.n_layers + 1):
+            yield from self._layer_files(k)
         if isinstance(self.manifest["bias"], dict):
             yield self.folder / BIAS_FILE, self.manifest["bias"]
 
@@ -121,15 +139,30 @@ class NetworkStore:
         """Bytes of the store's array files (the manifest aside)."""
         return sum(file["bytes"] for _, file in self._files())
 
-    def layer(self, k: int) -> sp.csr_matrix:
-        """Layer ``k`` (1-based), a read-only CSR matrix over memory maps of its files.
+    def layer_nbytes(self, k: int) -> int:
+        """Bytes layer ``k`` (1-based) occupies on disk: the sizes of its files (what reading
+        it reads; a version-2 layer may have one file only)."""
+        self._check_index(k)
+        return sum(file["bytes"] for _, file in self._layer_files(int(k)))
 
-        ``data`` and ``indices`` are the maps themselves (no copy); scipy keeps ``indptr``
-        as int32, a copy of ``N + 1`` values. The first time a layer is read from this
-        store its contents are checked, which reads all of it once: ``indptr`` from 0 to
-        the layer's nonzeros, never decreasing; columns in ``0..N-1``, strictly increasing
-        in each row; values finite and nonzero. So the matrix is canonical CSR (scipy
-        never needs to sort or write it).
+    def _check_index(self, k: Any) -> None:
+        if isinstance(k, bool) or not isinstance(k, int | np.integer) or \
+                not 1 <= k <= self.n_layers:
+            raise IndexError(f"layer {k!r}: this store has layers 1..{self.n_layers}")
+
+    def layer(self, k: int) -> sp.csr_matrix:
+        """Layer ``k`` (1-based), a canonical CSR matrix: float32 ``data``, int32
+        ``indices``, as from a version-1 store of the same network, bit for bit.
+
+        Over memory maps of its files where they hold these dtypes: ``data`` and
+        ``indices`` are then the read-only maps themselves (no copy); else new, writable
+        arrays decoded from the manifest and files (uint16 columns widened, a constant
+        value repeated; see :func:`~sdnn_dask.data.store.encoding.decode`). scipy keeps
+        ``indptr`` as int32, a copy of ``N + 1`` values. The first time a layer is read
+        from this store its contents are checked, as decoded, which reads all of it once:
+        ``indptr`` from 0 to the layer's nonzeros, never decreasing; columns in
+        ``0..N-1``, strictly increasing in each row; values finite and nonzero. So the
+        matrix is canonical CSR (scipy never needs to sort or write it).
 
         Raises
         ------
@@ -138,9 +171,7 @@ class NetworkStore:
         ChallengeFormatError
             Naming the file that fails a check (or cannot be mapped).
         """
-        if isinstance(k, bool) or not isinstance(k, int | np.integer) or \
-                not 1 <= k <= self.n_layers:
-            raise IndexError(f"layer {k!r}: this store has layers 1..{self.n_layers}")
+        self._check_index(k)
         k = int(k)
         arrays = self._map(k)
         with self._lock:
@@ -160,34 +191,36 @@ class NetworkStore:
         """Ask the operating system to read layer ``k``'s files (1-based) into the page
         cache, asynchronously (``posix_fadvise(WILLNEED)``; nothing where there is none).
         Neither maps nor checks the layer."""
-        entry = self.manifest["layers"][k - 1]
-        for part, _ in PARTS:
-            _will_need(self.folder / entry["files"][part]["name"])
+        for path, _ in self._layer_files(k):
+            _will_need(path)
 
     def _map(self, k: int) -> dict[str, np.ndarray]:
+        """Layer ``k``'s files mapped, decoded into the canonical arrays."""
         entry = self.manifest["layers"][k - 1]
-        lengths = {"indptr": self.n_neurons + 1, "indices": entry["nnz"], "data": entry["nnz"]}
+        encoding = self.encodings[k - 1]
         arrays = {}
-        for part, dtype in PARTS:
+        for part, dtype, length in encoding.files(self.n_neurons, entry["nnz"]):
             path = self.folder / entry["files"][part]["name"]
-            what = expected_array(f"layer {k}'s {part}", dtype, lengths[part])
+            what = expected_array(f"layer {k}'s {part}", dtype, length)
             try:
                 array = np.load(path, mmap_mode="r", allow_pickle=False)
             except Exception as error:  # replaced since open_store, or unreadable
                 raise ChallengeFormatError(path, f"cannot be mapped ({type(error).__name__}: "
                                            f"{error}); expected {what}") from None
-            if array.dtype != dtype or array.shape != (lengths[part],):
+            if array.dtype != dtype or array.shape != (length,):
                 raise ChallengeFormatError(path, f"holds a {array.dtype} array of shape "
                                            f"{array.shape}; expected {what}")
             arrays[part] = array
-        return arrays
+        return decode(encoding, arrays, self.n_neurons, entry["nnz"])
 
     def _check_layer(self, k: int, arrays: dict[str, np.ndarray]) -> None:
         entry = self.manifest["layers"][k - 1]
         nnz, n = entry["nnz"], self.n_neurons
         if _layer_is_sound(arrays["indptr"], arrays["indices"], arrays["data"], nnz, n):
             return  # one compiled pass; the checks below find what is wrong, and where
-        where = {part: self.folder / entry["files"][part]["name"] for part, _ in PARTS}
+        # a part with no file comes from the manifest (checked when it was read)
+        where = {part: self.folder / (entry["files"][part]["name"] if part in entry["files"]
+                                      else MANIFEST) for part in PARTS}
         indptr, indices, data = arrays["indptr"], arrays["indices"], arrays["data"]
         if indptr[0] != 0 or indptr[-1] != nnz:
             raise ChallengeFormatError(where["indptr"], f"row pointers run from {indptr[0]} to "
@@ -295,8 +328,8 @@ class NetworkStore:
         for w in self.layers(window=2):
             if n_layers is not None and len(layers) == n_layers:
                 break
-            layers.append(sp.csr_matrix((np.array(w.data), np.array(w.indices),
-                                         np.array(w.indptr)), shape=w.shape))
+            layers.append(sp.csr_matrix((writable_array(w.data), writable_array(w.indices),
+                                         writable_array(w.indptr)), shape=w.shape))
         return Network(layers, bias=self.bias, ymax=self.ymax, name=self.name)
 
     def verify(self) -> None:
@@ -310,17 +343,38 @@ class NetworkStore:
             Naming the first file whose hash differs or that fails a check.
         """
         for path, file in self._files():
-            try:
-                digest = file_sha256(path)
-            except OSError as error:
-                raise ChallengeFormatError(path, f"cannot be read ({error.strerror or error})"
-                                           ) from None
-            if digest != file["sha256"]:
-                raise ChallengeFormatError(path, f"SHA-256 {digest[:16]}... differs from the "
-                                           f"manifest's {file['sha256'][:16]}...: the file "
-                                           "changed since the store was written")
+            _check_hash(path, file)
         for k in range(1, self.n_layers + 1):
             self.layer(k)
+
+    def verify_layer(self, k: int) -> None:
+        """Check layer ``k``'s files (1-based) against their SHA-256, and the layer.
+
+        Reads the layer's files (which leaves them in the page cache, for a read that
+        follows).
+
+        Raises
+        ------
+        ChallengeFormatError
+            Naming the first file whose hash differs or that fails a check.
+        """
+        self._check_index(k)
+        for path, file in self._layer_files(int(k)):
+            _check_hash(path, file)
+        self.layer(k)
+
+
+def _check_hash(path: Path, file: dict[str, Any]) -> None:
+    """A file's SHA-256 against its manifest entry."""
+    try:
+        digest = file_sha256(path)
+    except OSError as error:
+        raise ChallengeFormatError(path, f"cannot be read ({error.strerror or error})"
+                                   ) from None
+    if digest != file["sha256"]:
+        raise ChallengeFormatError(path, f"SHA-256 {digest[:16]}... differs from the "
+                                   f"manifest's {file['sha256'][:16]}...: the file "
+                                   "changed since the store was written")
 
 
 @numba.njit(nogil=True, cache=True)
@@ -346,9 +400,11 @@ def _layer_is_sound(indptr, indices, data, nnz, n):  # pragma: no cover - compil
 
 
 def _read_ahead(matrix: sp.csr_matrix) -> None:
-    """Ask for the pages of a mapped layer to be read (asynchronously where possible)."""
+    """Ask for the pages of a mapped layer to be read (asynchronously where possible);
+    arrays that are not maps (decoded) are in memory already."""
     for array in (matrix.indices, matrix.data):
-        if not _will_need(_mapped_file(array)):
+        filename = _mapped_file(array)
+        if filename is not None and not _will_need(filename):
             flat = np.asarray(array).reshape(-1).view(np.uint8)
             int(flat[::_PAGE].sum())  # a byte of every page: reads them all
 
@@ -362,6 +418,25 @@ def _mapped_file(array: np.ndarray) -> PathLike | None:
     while base is not None and not isinstance(base, np.memmap):
         base = getattr(base, "base", None)
     return getattr(base, "filename", None)
+
+
+def writable_array(array: np.ndarray) -> np.ndarray:
+    """``array`` itself when it is writable memory of its own (decoded, or a copy
+    already), else a copy of it (a read-only memory map of a store's file).
+
+    Parameters
+    ----------
+    array
+        An array of a layer from :meth:`NetworkStore.layer`.
+
+    Returns
+    -------
+    numpy.ndarray
+        Writable and not a memory map: what the compiled kernels take.
+    """
+    if array.flags.writeable and _mapped_file(array) is None:
+        return array
+    return np.array(array)
 
 
 def _will_need(filename: PathLike | None) -> bool:

@@ -2,7 +2,9 @@
 
 :func:`write_store` writes one layer at a time into a hidden folder beside the destination
 and renames it into place once the manifest (written last) is complete, so a folder named
-like the store is always a whole store (see :class:`StoreWriter`).
+like the store is always a whole store (see :class:`StoreWriter`). It writes the current
+version (:data:`~.manifest.VERSION`, 2): each layer in the encoding
+:func:`~.encoding.choose_encoding` finds for its data.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from ... import config
 from ...core.network import Network, as_csr32
 from ...version import __version__
 from ..io import ChallengeFormatError
-from .manifest import BIAS_FILE, FORMAT, MANIFEST, PARTS, VERSION, PathLike, layer_file
+from .encoding import choose_encoding, encode
+from .manifest import BIAS_FILE, FORMAT, MANIFEST, VERSION, PathLike, layer_file
 
 Progress = Callable[[int, int | None], None]
 
@@ -59,14 +62,18 @@ def _save_array(path: Path, array: np.ndarray) -> dict[str, Any]:
 def write_layer_files(folder: PathLike, layer: int, matrix: sp.spmatrix | sp.sparray,
                       n_neurons: int, *, source: dict[str, Any] | None = None
                       ) -> dict[str, Any]:
-    """Write one layer's three ``.npy`` files into ``folder``; return its manifest entry.
+    """Write one layer's ``.npy`` files into ``folder``; return its manifest entry.
+
+    The layer is written in the encoding :func:`~.encoding.choose_encoding` finds for it:
+    its columns as uint16 when N <= 65536, and no row pointers (values) file when every row
+    has the same count (every value is the same); so one to three files.
 
     Parameters
     ----------
     folder
         The folder being written (a :class:`StoreWriter`'s ``tmp``); it must exist.
     layer
-        1-based layer number: the files are ``l{layer}.indptr.npy`` and so on.
+        1-based layer number: the files are ``l{layer}.indices.npy`` and so on.
     matrix
         The weights, ``n_neurons x n_neurons``; made canonical float32 CSR first
         (:func:`~sdnn_dask.core.network.as_csr32`).
@@ -76,17 +83,19 @@ def write_layer_files(folder: PathLike, layer: int, matrix: sp.spmatrix | sp.spa
     Returns
     -------
     dict
-        ``{"layer", "nnz", "files": {part: {"name", "bytes", "sha256"}}[, "source"]}``.
+        ``{"layer", "nnz", "encoding", "files": {part: {"name", "bytes", "sha256"}}
+        [, "source"]}``, ``files`` naming only the parts written.
     """
     csr = as_csr32(matrix)
     if csr.shape != (n_neurons, n_neurons):
         raise ValueError(f"layer {layer} has shape {csr.shape}; expected {n_neurons} x "
                          f"{n_neurons}")
-    arrays = {"indptr": csr.indptr, "indices": csr.indices, "data": csr.data}
-    files = {part: _save_array(Path(folder) / layer_file(layer, part),
-                               np.ascontiguousarray(arrays[part], dtype=dtype))
-             for part, dtype in PARTS}
-    entry: dict[str, Any] = {"layer": layer, "nnz": int(csr.nnz), "files": files}
+    encoding = choose_encoding(csr.indptr, csr.data, n_neurons)
+    arrays = encode(encoding, csr.indptr, csr.indices, csr.data)
+    files = {part: _save_array(Path(folder) / layer_file(layer, part), array)
+             for part, array in arrays.items()}
+    entry: dict[str, Any] = {"layer": layer, "nnz": int(csr.nnz),
+                             "encoding": encoding.to_manifest(), "files": files}
     if source is not None:
         entry["source"] = source
     return entry
@@ -297,7 +306,7 @@ def write_store(
 ) -> Path:
     """Write a network store, one layer at a time, all or nothing.
 
-    Each layer is written (three ``.npy`` files, flushed to disk) before the next is taken
+    Each layer is written (its ``.npy`` files, flushed to disk) before the next is taken
     from ``layers``, so a generator of layers is never held whole. The store appears at
     ``folder`` only once complete (see :class:`StoreWriter`).
 
