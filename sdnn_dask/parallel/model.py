@@ -263,7 +263,7 @@ class ModelParallelExecutor(Executor):
                 futures[p, host] = self.client.submit(
                     open_part, str(folder), p, net.bias, net.ymax, streamed=streamed,
                     window=window, dense_threshold=kernel[0], chunk_bytes=kernel[1],
-                    key=f"open-part-{folder.name}-p{p}-{host}", workers=[host],
+                    key=f"open-part-{folder.name}-p{p}-{uuid.uuid4().hex[:8]}", workers=[host],
                     allow_other_workers=False, pure=False)
             # the client's own view: routes and owned neurons, no layer loaded
             plans.append(SlicedPartPlan(folder, p, bias=net.bias, ymax=net.ymax,
