@@ -51,10 +51,17 @@ import pandas as pd
 import scipy.sparse as sp
 
 from ... import config
-from ...core.csr import as_csr32, pattern_order
+from ...core.csr import pattern_order
 from ...data.streaming import StreamedNetwork
 from ...partition.neurons import NeuronPartition
 from .plans import LayerPlan, PartPlan
+from .slice_kernels import (
+    gather_rows,
+    needed_of,
+    part_layer_csr,
+    transpose_csr,
+    transpose_values,
+)
 
 FORMAT = "sdnn-part-slices"
 VERSION = 1
@@ -164,17 +171,21 @@ def _write_slices(tmp: Path, network: StreamedNetwork, partition: NeuronPartitio
     volume = []
     try:
         for layer, w in enumerate(network.layers, start=1):
-            wt = as_csr32(sp.csr_matrix(w).T)
+            indptr = np.asarray(w.indptr, dtype=np.int64)
+            wt_ptr, wt_idx = transpose_csr(indptr, w.indices, n)
+            bits = np.asarray(w.data).view(np.uint32)
+            constant = bool(len(bits)) and bool((bits == bits[0]).all())
+            wt_data = None if constant else transpose_values(indptr, w.indices, w.data, n)
             owners_prev, owners = parts[layer - 1].astype(np.int64), parts[layer].astype(
                 np.int64)
             prev_pos = level_positions(owners_prev, k)
             rows = {}
             for p in range(k):
                 own = np.flatnonzero(owners == p)
-                wt_own = wt[own]
-                mask = np.zeros(n, bool)
-                mask[wt_own.indices] = True
-                rows[p] = (wt_own, np.flatnonzero(mask))
+                ptr, idx = gather_rows(wt_ptr, wt_idx, own)
+                data = (np.full(len(idx), bits[0], np.uint32).view(np.float32) if constant
+                        else gather_rows(wt_ptr, wt_data, own)[1])
+                rows[p] = ((ptr, idx, data), needed_of(idx, n)[0])
             received = np.zeros(k, np.int64)
             takes: dict[int, list[np.ndarray]] = {q: [np.empty(0, np.int64)] * k
                                                   for q in range(k)}
@@ -184,24 +195,24 @@ def _write_slices(tmp: Path, network: StreamedNetwork, partition: NeuronPartitio
                     if q != p:
                         takes[int(q)][p] = prev_pos[needed[source == q]]
                 received[p] = int(np.count_nonzero(source != p))
-            for p, (wt_own, _) in rows.items():
+            for p, ((ptr, idx, data), _) in rows.items():
                 table, out, at = tables[p][layer - 1], files[p], offsets[p]
-                counts = np.diff(wt_own.indptr)
-                table[0], table[1] = at["columns"], wt_own.nnz
-                at["columns"] += _write(out["columns"], wt_own.indices, index_dtype)
+                counts = np.diff(ptr)
+                table[0], table[1] = at["columns"], len(idx)
+                at["columns"] += _write(out["columns"], idx, index_dtype)
                 if len(counts) and (counts == counts[0]).all():
                     table[2], table[3] = -1, counts[0]
                 elif not len(counts):
                     table[2], table[3] = -1, 0
                 else:
                     table[2], table[3] = at["indptr"], -1
-                    at["indptr"] += _write(out["indptr"], wt_own.indptr, np.dtype("<i8"))
-                bits = wt_own.data.view(np.uint32)
-                if len(bits) and (bits == bits[0]).all():
-                    table[4], table[5] = -1, int(bits[0])
+                    at["indptr"] += _write(out["indptr"], ptr, np.dtype("<i8"))
+                part_bits = data.view(np.uint32)
+                if len(part_bits) and (part_bits == part_bits[0]).all():
+                    table[4], table[5] = -1, int(part_bits[0])
                 else:
                     table[4], table[5] = at["values"], 0
-                    at["values"] += _write(out["values"], wt_own.data, np.dtype("<f4"))
+                    at["values"] += _write(out["values"], data, np.dtype("<f4"))
                 table[6] = at["take"]
                 for d in range(k):
                     table[_FIXED + d] = routes[layer - 1, p, d] = len(takes[p][d])
@@ -284,12 +295,23 @@ class _PartFiles:
         self.n_layers = index["store"]["n_layers"]
         self.index_dtype = np.dtype(index["index_dtype"])
         self.table = np.load(folder / f"part{part}.index.npy", allow_pickle=False)
-        self.parts = np.load(folder / PARTS_FILE, mmap_mode="r", allow_pickle=False)
         self.routes = np.load(folder / ROUTES_FILE, allow_pickle=False)
         sizes = index["parts"][part]["bytes"]
         self.files = [folder / f"part{part}.index.npy", folder / PARTS_FILE,
                       folder / ROUTES_FILE]
-        self.maps = {}
+        # read with pread into arrays of our own, not mapped: a map's pages would stay in
+        # the worker's resident memory (and its memory limit) after the layer is copied
+        parts_path = folder / PARTS_FILE
+        with open(parts_path, "rb") as handle:
+            fmt = np.lib.format
+            read = (fmt.read_array_header_1_0 if fmt.read_magic(handle) == (1, 0)
+                    else fmt.read_array_header_2_0)
+            shape, _, dtype = read(handle)
+            self._parts_offset = handle.tell()
+        self.parts_dtype = np.dtype(dtype)
+        self.n_levels = shape[0]
+        self._fds = {"parts": os.open(parts_path, os.O_RDONLY)}
+        self._dtypes = {"parts": self.parts_dtype}
         for name, dtype in (("columns", self.index_dtype), ("indptr", np.dtype("<i8")),
                             ("values", np.dtype("<f4")), ("take", self.index_dtype)):
             path = folder / f"part{part}.{name}.bin"
@@ -297,45 +319,65 @@ class _PartFiles:
             if path.stat().st_size != sizes[name]:
                 raise ValueError(f"{path}: {path.stat().st_size} bytes; {INDEX_FILE} says "
                                  f"{sizes[name]} (delete {folder} to cut it again)")
-            self.maps[name] = (np.memmap(path, dtype=dtype, mode="r") if sizes[name]
-                               else np.empty(0, dtype))
+            self._fds[name] = os.open(path, os.O_RDONLY)
+            self._dtypes[name] = dtype
         self.bytes_read = 0
         self._lock = threading.Lock()
+
+    def __del__(self) -> None:
+        for fd in getattr(self, "_fds", {}).values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def read(self, name: str, start: int, count: int) -> np.ndarray:
+        """``count`` values of the file ``name`` from value ``start``, into a new array."""
+        dtype = self._dtypes[name]
+        out = np.empty(count, dtype)
+        offset = start * dtype.itemsize + (self._parts_offset if name == "parts" else 0)
+        view, done = memoryview(out).cast("B"), 0
+        while done < out.nbytes:
+            got = os.preadv(self._fds[name], [view[done:]], offset + done)
+            if got <= 0:
+                raise ValueError(f"{self.folder}: part{self.part}.{name} ends early (delete "
+                                 "the folder to cut it again)")
+            done += got
+        return out
+
+    def level(self, level: int) -> np.ndarray:
+        """The owners of level ``level``'s neurons (``-1``: the last)."""
+        level = level % self.n_levels
+        return self.read("parts", level * self.n_neurons, self.n_neurons)
 
     def layer_bytes(self, layer: int) -> int:
         """Bytes of this part's files (and the partition's two levels) a layer reads."""
         row = self.table[layer - 1]
-        own = int(np.count_nonzero(np.asarray(self.parts[layer]) == self.part))
+        own = int(np.count_nonzero(self.level(layer) == self.part))
         total = (row[1] + row[_FIXED:].sum()) * self.index_dtype.itemsize
         total += (own + 1) * 8 if row[2] >= 0 else 0
         total += row[1] * 4 if row[4] >= 0 else 0
-        return int(total + 2 * self.n_neurons * self.parts.dtype.itemsize)
+        return int(total + 2 * self.n_neurons * self.parts_dtype.itemsize)
 
     def load(self, layer: int, bias: np.ndarray, positions: Callable[[int], np.ndarray]
              ) -> LayerPlan:
         """Layer ``layer``'s :class:`LayerPlan` of this part, read from the maps."""
         n, k, p = self.n_neurons, self.k, self.part
         row = self.table[layer - 1]
-        owners_prev = np.asarray(self.parts[layer - 1], dtype=np.int64)
-        own = np.flatnonzero(np.asarray(self.parts[layer]) == p)
+        owners_prev = self.level(layer - 1).astype(np.int64)
+        own = np.flatnonzero(self.level(layer) == p)
         start, nnz = int(row[0]), int(row[1])
-        columns = np.asarray(self.maps["columns"][start:start + nnz], dtype=np.int64)
+        columns = self.read("columns", start, nnz)
         if row[2] < 0:
             indptr = np.arange(len(own) + 1, dtype=np.int64) * int(row[3])
         else:
-            indptr = np.array(self.maps["indptr"][row[2]:row[2] + len(own) + 1])
-        if row[4] < 0:
-            values = np.full(nnz, np.uint32(row[5]), np.uint32).view(np.float32)
+            indptr = self.read("indptr", int(row[2]), len(own) + 1)
+        needed, wt_ptr, wt_idx, w_ptr, w_idx, w_from = part_layer_csr(columns, indptr, n)
+        if row[4] < 0:  # one value: both matrices share the array (the kernels only read)
+            wt_data = w_data = np.full(nnz, np.uint32(row[5]), np.uint32).view(np.float32)
         else:
-            values = np.array(self.maps["values"][row[4]:row[4] + nnz])
-        mask = np.zeros(n, bool)
-        mask[columns] = True
-        needed = np.flatnonzero(mask)
-        local = (np.cumsum(mask) - 1)[columns].astype(np.int32)
-        wt = sp.csr_matrix((values, local, indptr.astype(np.int32)),
-                           shape=(len(own), len(needed)))
-        wt.has_sorted_indices = wt.has_canonical_format = True
-        wt = as_csr32(wt)
+            wt_data = self.read("values", int(row[4]), nnz)
+            w_data = wt_data[w_from]
+        wt = _canonical(wt_data, wt_idx, wt_ptr, (len(own), len(needed)))
+        w = _canonical(w_data, w_idx, w_ptr, (len(needed), len(own)))
         source = owners_prev[needed]
         put = {int(q): np.flatnonzero(source == q) for q in np.unique(source)}
         prev_pos = positions(layer - 1)
@@ -344,15 +386,23 @@ class _PartFiles:
         for d in range(k):
             count = int(row[_FIXED + d])
             if count:
-                take[d] = np.asarray(self.maps["take"][at:at + count], dtype=np.int64)
+                take[d] = self.read("take", at, count).astype(np.int64)
             at += count
         if p in put:
             take[p] = fetch[p]
         with self._lock:
             self.bytes_read += self.layer_bytes(layer)
-        return LayerPlan(own=own, needed=needed, w=as_csr32(wt.T), wt=wt,
+        return LayerPlan(own=own, needed=needed, w=w, wt=wt,
                          order=pattern_order(wt), bias=np.ascontiguousarray(bias[own]),
                          put=put, take=take, fetch=fetch)
+
+
+def _canonical(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray,
+               shape: tuple[int, int]) -> sp.csr_matrix:
+    """A CSR over arrays known canonical (sorted, no duplicates or zeros): no checks."""
+    matrix = sp.csr_matrix((data, indices, indptr), shape=shape, copy=False)
+    matrix.has_sorted_indices = matrix.has_canonical_format = True
+    return matrix
 
 
 class _Layers(Sequence):
@@ -379,7 +429,7 @@ class _Layers(Sequence):
         with self._lock:
             if level in self._positions:
                 return self._positions[level]
-        owners = np.asarray(self._files.parts[level], dtype=np.int64)
+        owners = self._files.level(level).astype(np.int64)
         positions = level_positions(owners, self._files.k)
         with self._lock:
             self._positions[level] = positions
@@ -418,13 +468,13 @@ class _Layers(Sequence):
 
     def held_bytes(self) -> int:
         """Bytes of the layer plans held now."""
-        total = 0
+        arrays: dict[int, int] = {}  # by id: w and wt may share their values
         for held in list(self._held.values()):
             plan = held.result() if isinstance(held, Future) else held
-            total += sum(m.data.nbytes + m.indices.nbytes + m.indptr.nbytes
-                         for m in (plan.w, plan.wt))
-            total += plan.own.nbytes + plan.needed.nbytes + plan.order.nbytes
-        return total
+            for array in (plan.w.data, plan.w.indices, plan.w.indptr, plan.wt.data,
+                          plan.wt.indices, plan.wt.indptr, plan.own, plan.needed, plan.order):
+                arrays[id(array)] = array.nbytes
+        return sum(arrays.values())
 
 
 class SlicedPartPlan(PartPlan):
@@ -440,7 +490,7 @@ class SlicedPartPlan(PartPlan):
         self.folder, self.streamed, self.window = Path(folder), streamed, window
         self._files = _PartFiles(self.folder, part)
         self._bias, self._ymax = bias, ymax
-        inputs = np.flatnonzero(np.asarray(self._files.parts[0]) == part)
+        inputs = np.flatnonzero(self._files.level(0) == part)
         layers = _Layers(self._files, np.asarray(bias, np.float32), streamed, window)
         super().__init__(part, self._files.k, inputs, layers, float(ymax),
                          float(dense_threshold), int(chunk_bytes))
@@ -468,7 +518,7 @@ class SlicedPartPlan(PartPlan):
     @property
     def last_own(self) -> np.ndarray:
         """The neurons of the last level this part owns (from the partition)."""
-        return np.flatnonzero(np.asarray(self._files.parts[-1]) == self.part)
+        return np.flatnonzero(self._files.level(-1) == self.part)
 
     def sources(self, layer: int) -> list[int]:
         """Parts (other than this one) that send columns to this part in ``layer``."""
