@@ -252,10 +252,16 @@ def test_auto_weights_and_a_given_partition(client, net, held, inputs):
     assert_same_result(result, infer_reference(net, inputs))
 
 
-def test_a_hypergraph_partition_of_a_streamed_store_is_a_clear_error(client, held):
-    executor = ModelParallelExecutor(client, held)
-    with pytest.raises(ValueError, match="needs every layer in memory"):
-        executor.partition("hypergraph", 2)
+def test_a_hypergraph_partition_of_a_streamed_store(client, net, held, inputs):
+    pytest.importorskip("mtkahypar")
+    first = make_network(N, 3, seed=3)  # the store's first 3 layers, in memory
+    streamed = StreamedNetwork(held.store, 3)
+    executor = ModelParallelExecutor(client, streamed)
+    partition = executor.partition("hypergraph", 2, cache=None)
+    expected = make_neuron_partition(first, 2, "hypergraph")
+    np.testing.assert_array_equal(partition.parts, expected.parts)  # read layer by layer
+    result = executor.run(inputs, partition=partition)
+    assert_same_result(result, infer_reference(first, inputs))
 
 
 def test_the_cli_runs_model_parallelism_and_the_hybrid_on_a_streamed_store(held, net,

@@ -304,16 +304,6 @@ def test_infer_streams_a_store_from_the_command_line(held, net, tmp_path, capsys
     np.testing.assert_array_equal(io.read_categories(out), expected)
 
 
-def test_a_hypergraph_partition_of_streamed_weights_is_a_clear_error(held, capsys):
-    from sdnn_dask.cli import main
-
-    code = main(["infer", "--data", str(held.folder), "-L", "12", "-n", "100",
-                 "--strategy", "model", "--partition", "hypergraph", "--weights",
-                 "streamed", "--workers", "2", "-q"])
-    assert code == 2
-    assert "a hypergraph partition needs every layer in memory" in capsys.readouterr().err
-
-
 def test_auto_keeps_a_small_store_in_memory(held, capsys):
     from sdnn_dask.cli import main
 

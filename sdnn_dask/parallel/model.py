@@ -198,10 +198,6 @@ class ModelParallelExecutor(Executor):
                 raise ValueError(f"k={k} but the partition given has k={method.k}")
             return method
         k = self.n_workers if k is None else k
-        if method == "hypergraph" and self.streamed:
-            raise ValueError("a hypergraph partition of a network streamed from a store is "
-                             "not built here (it needs every layer in memory); use block, "
-                             "hash or random, or pass a NeuronPartition computed elsewhere")
         return make_neuron_partition(self.network, k, method, seed=seed, nbuckets=nbuckets,
                                      epsilon=epsilon, cache=cache if method == "hypergraph"
                                      else None)

@@ -90,11 +90,6 @@ class Runner:
         if spec.partition == "hypergraph" and "hypergraph" not in neuron_partitions_available():
             raise StudyError(f"{spec.label}: the hypergraph partition needs Mt-KaHyPar: "
                              "pip install 'sdnn_dask[partition]'")
-        if is_streamed(self.problem.network) and spec.partition == "hypergraph":
-            raise StudyError(f"{spec.label}: the weights are streamed from a store, and a "
-                             "hypergraph partition needs every layer in memory; use block, "
-                             "hash or random (sdnn.data-parallel.weights: resident, or fewer "
-                             "layers)")
         spec.check_against(self.problem, max(1, len(self.cluster_workers)))
 
     def _executor(self, kind: str, workers: int):
