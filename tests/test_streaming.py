@@ -337,15 +337,6 @@ def test_infer_streams_a_store_from_the_command_line(held, net, tmp_path, capsys
     np.testing.assert_array_equal(io.read_categories(out), expected)
 
 
-def test_model_parallelism_on_streamed_weights_is_a_clear_error(held, capsys):
-    from sdnn_dask.cli import main
-
-    code = main(["infer", "--data", str(held.folder), "-L", "12", "-n", "100",
-                 "--strategy", "model", "--weights", "streamed", "--workers", "2", "-q"])
-    assert code == 2
-    assert "only the serial strategies and data parallelism" in capsys.readouterr().err
-
-
 def test_auto_keeps_a_small_store_in_memory(held, capsys):
     from sdnn_dask.cli import main
 

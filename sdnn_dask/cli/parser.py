@@ -224,9 +224,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_arguments(p)
     p.add_argument("--weights", choices=("auto", "resident", "streamed"), default=None,
                    help="a network store's weights (--data STORE): read into memory, or "
-                        "streamed layer by layer (the serial strategies and data "
-                        "parallelism); auto streams a store whose weights and transpose "
-                        "exceed half the memory (default: sdnn.data-parallel.weights, auto)")
+                        "streamed layer by layer (every strategy; model parallelism and "
+                        "the hybrid stream each part's own slice); auto streams what does "
+                        "not fit in half the memory (default: sdnn.data-parallel.weights, "
+                        "auto)")
     p.add_argument("--categories-out", type=Path, default=None,
                    help="write the categories found to this file (default: none written)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress messages")

@@ -40,11 +40,14 @@ predicted volume.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import resource
 import time
 import uuid
 from collections.abc import Iterable
 from concurrent.futures import CancelledError
+from pathlib import Path
 from typing import Any
 
 import dask
@@ -54,9 +57,12 @@ import scipy.sparse as sp
 from dask.sizeof import sizeof
 from distributed import Client, Future, wait
 
+from .. import config
 from ..core.kernels import warm_up_kernels
 from ..core.network import Network, as_csr32
 from ..core.result import RunResult, network_info
+from ..data.store import NetworkStore
+from ..data.streaming import StreamedNetwork
 from ..partition import NeuronPartition, make_neuron_partition, make_row_partition
 from ..registry import TRANSPORTS  # "direct" or "graph"
 from .allocator import tune_allocator
@@ -73,6 +79,14 @@ from .slabs import (
     piece_for,
     warm_up_parts,
 )
+from .slabs.slices import (
+    SlicedPartPlan,
+    open_part,
+    open_parts,
+    part_resident_bytes,
+    slices_volume,
+    write_part_slices,
+)
 from .transfers import transfers_of, widen_transfer_logs
 from .transport.direct import (
     MESSAGE_COLUMNS,
@@ -82,6 +96,7 @@ from .transport.direct import (
     gather_direct,
     run_part,
 )
+from .weights import WEIGHTS, choose_part_weights, worker_memory_limit
 
 
 @sizeof.register(Slab)
@@ -118,11 +133,21 @@ class ModelParallelExecutor(Executor):
         Any ``distributed.Client``.
     network
         The network. Each partition's weight slices are sent to the workers the first
-        time it is used, and kept for later runs with the same partition.
+        time it is used, and kept for later runs with the same partition. A network store
+        (:class:`~sdnn_dask.data.store.NetworkStore`, its folder, or a
+        :class:`~sdnn_dask.data.streaming.StreamedNetwork` of some of its layers) is cut
+        once per partition into per-part slices beside the store
+        (:mod:`~sdnn_dask.parallel.slabs.slices`), and each part's worker maps only its
+        slice: resident or streamed layer by layer (see ``weights``).
     workers
         Addresses of the workers to use (default: every worker of the cluster).
     warm_up
         Compile the kernels on every worker now, so runs are timed warm.
+    weights
+        For a store: ``"resident"``, ``"streamed"`` or ``"auto"`` (default
+        ``sdnn.data-parallel.weights``; see
+        :func:`~sdnn_dask.parallel.weights.choose_part_weights`), decided per part when a
+        partition is placed; :attr:`part_weights` says what was chosen and why.
 
     Examples
     --------
@@ -135,14 +160,34 @@ class ModelParallelExecutor(Executor):
     >>> result.communication[["layer", "km1", "bytes_moved"]].head()  # doctest: +SKIP
     """
 
-    def __init__(self, client: Client, network: Network, *,
-                 workers: Iterable[str] | None = None, warm_up: bool = True):
-        self._placed: dict[tuple, tuple[NeuronPartition, list[PartPlan], dict[int, Future],
-                                        list[str]]] = {}
+    def __init__(self, client: Client,
+                 network: Network | NetworkStore | StreamedNetwork | str | os.PathLike, *,
+                 workers: Iterable[str] | None = None, warm_up: bool = True,
+                 weights: str | None = None):
+        self._placed: dict[tuple, tuple[NeuronPartition, list[PartPlan],
+                                        dict[tuple[int, str], Future], list[str]]] = {}
+        if isinstance(network, NetworkStore | str | os.PathLike):  # a store, or its folder
+            network = StreamedNetwork(network)
+        self.weights = weights or config.get("data-parallel.weights")
+        if self.weights not in WEIGHTS:
+            raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got "
+                             f"{self.weights!r}")
+        if self.weights == "streamed" and isinstance(network, Network):
+            raise ValueError("streamed weights need a network store (sdnn-dask convert, or "
+                             "generate --store); this network is in memory")
+        #: Per part of the partition placed last: ``(mode, reason)``, for a store.
+        self.part_weights: list[tuple[str, str]] = []
+        #: The slices folder of the partition placed last (a store only).
+        self.slices: Path | None = None
         # see sdnn_dask.parallel.allocator: large arrays without page faults
         super().__init__(client, network, workers=workers,
                          setup=[tune_allocator, warm_up_kernels, warm_up_parts] if warm_up
                          else [tune_allocator])
+
+    @property
+    def streamed(self) -> bool:
+        """Whether the network is a store's (cut into per-part slices on the workers)."""
+        return isinstance(self.network, StreamedNetwork)
 
     def partition(self, method: str | NeuronPartition = "block", k: int | None = None, *,
                   seed: int = 0, nbuckets: int = 1, epsilon: float = 0.03,
@@ -158,31 +203,69 @@ class ModelParallelExecutor(Executor):
                                      else None)
 
     def _place(self, partition: NeuronPartition, row_groups: int
-               ) -> tuple[list[PartPlan], dict[int, Future], list[str]]:
-        """Plans of every part, on the workers that run them (built and sent once)."""
+               ) -> tuple[list[PartPlan], dict[tuple[int, str], Future], list[str]]:
+        """Plans of every part, on the workers that run them (built and sent once), by
+        ``(part, worker)``."""
         self.setup()
         workers = self.workers
         settings = self.kernel_settings()  # read here, on the client, for every part
         kernel = (settings.dense_threshold, settings.chunk_bytes)
-        digest = hashlib.sha1(partition.parts.tobytes()).hexdigest()
-        key = (partition.method, partition.k, digest, row_groups, tuple(workers), kernel)
+        digest = hashlib.sha1()
+        for row in partition.parts:  # a level at a time: block partitions are broadcast
+            digest.update(np.ascontiguousarray(row).tobytes())
+        key = (partition.method, partition.k, digest.hexdigest(), row_groups,
+               tuple(workers), kernel)
+        hosts = {p: sorted({self._slot(workers, g, p, partition.k)
+                            for g in range(row_groups)}) for p in range(partition.k)}
         if key not in self._placed:
-            plans = make_part_plans(self.network, partition, dense_threshold=kernel[0],
-                                    chunk_bytes=kernel[1])
-            futures = {}
-            for p, plan in enumerate(plans):
-                hosts = sorted({self._slot(workers, g, p, partition.k)
-                                for g in range(row_groups)})
-                [futures[p]] = self.client.scatter([plan], workers=hosts, broadcast=True,
+            self._placed = {}  # one partition's plans at a time: release the old first
+            if self.streamed:
+                plans, futures = self._open_slices(partition, hosts, workers, kernel)
+            else:
+                plans = make_part_plans(self.network, partition, dense_threshold=kernel[0],
+                                        chunk_bytes=kernel[1])
+                futures = {}
+                for p, plan in enumerate(plans):
+                    [future] = self.client.scatter([plan], workers=hosts[p], broadcast=True,
                                                    hash=False)
+                    futures.update({(p, host): future for host in hosts[p]})
             self._wait(list(futures.values()))
-            # one partition's plans at a time: a new one releases the old from the workers
             self._placed = {key: (partition, plans, futures, workers)}
         _, plans, futures, workers = self._placed[key]
-        for p, future in futures.items():  # a part shared by row groups: a copy per host
-            keep_on(self.client, future, {self._slot(workers, g, p, partition.k)
-                                          for g in range(row_groups)})
+        if not self.streamed:
+            for p in range(partition.k):  # a part shared by row groups: a copy per host
+                keep_on(self.client, futures[p, hosts[p][0]], set(hosts[p]))
         return plans, futures, workers
+
+    def _open_slices(self, partition: NeuronPartition, hosts: dict[int, list[str]],
+                     workers: list[str], kernel: tuple[float, int]
+                     ) -> tuple[list[PartPlan], dict[tuple[int, str], Future]]:
+        """A store's partition: its slices cut (once, beside the store), and every part
+        opened on each worker that runs it, resident or streamed."""
+        folder = write_part_slices(self.network, partition)
+        sharing = {w: sum(w in h for h in hosts.values()) for w in workers}
+        need = [part_resident_bytes(folder, p) for p in range(partition.k)]
+        self.part_weights = choose_part_weights(
+            need, [max(sharing[w] for w in hosts[p]) for p in range(partition.k)],
+            self.weights, worker_memory_limit(self.client, workers))
+        self.slices = folder
+        net = self.network
+        window = int(config.get("store.window"))
+        futures = {}
+        plans: list[PartPlan] = []
+        for p in range(partition.k):
+            streamed = self.part_weights[p][0] == "streamed"
+            for host in hosts[p]:
+                futures[p, host] = self.client.submit(
+                    open_part, str(folder), p, net.bias, net.ymax, streamed=streamed,
+                    window=window, dense_threshold=kernel[0], chunk_bytes=kernel[1],
+                    key=f"open-part-{folder.name}-p{p}-{uuid.uuid4().hex[:8]}", workers=[host],
+                    allow_other_workers=False, pure=False)
+            # the client's own view: routes and owned neurons, no layer loaded
+            plans.append(SlicedPartPlan(folder, p, bias=net.bias, ymax=net.ymax,
+                                        streamed=True, window=window,
+                                        dense_threshold=kernel[0], chunk_bytes=kernel[1]))
+        return plans, futures
 
     @staticmethod
     def _slot(workers: list[str], group: int, part: int, k: int) -> str:
@@ -191,6 +274,9 @@ class ModelParallelExecutor(Executor):
     def _wait(self, futures: list[Future]) -> None:
         with self.client.as_current():
             wait(futures)
+        for future in futures:
+            if future.status == "error":
+                future.result()  # a part that could not be opened: its own error
 
     def run(
         self,
@@ -253,7 +339,7 @@ class ModelParallelExecutor(Executor):
         groups = make_row_partition(row_partition, y.shape[0], row_groups, seed=seed).blocks()
         token = uuid.uuid4().hex[:12]
 
-        def place() -> tuple[list[PartPlan], dict[int, Future], list[str], dict]:
+        def place() -> tuple[list[PartPlan], dict[tuple[int, str], Future], list[str], dict]:
             plans, plan_futures, workers = self._place(part, row_groups)
             # Inputs: each part's level-0 columns of its group's rows, on its worker.
             slab_futures = {}
@@ -275,6 +361,7 @@ class ModelParallelExecutor(Executor):
         plans, plan_futures, workers, slab_futures = place_retrying(
             self.client, strategy, place, forget)
         used = {self._slot(workers, g, p, k) for g in range(len(groups)) for p in range(k)}
+        before = self._store_use(used)
         if transport == "direct":
             ensure_exchange(self.client)
             connect_peers(self.client, sorted(used))
@@ -301,18 +388,40 @@ class ModelParallelExecutor(Executor):
             wall = time.perf_counter() - start
             messages, timing = self._graph_messages(transfers_of(self.client, token)), None
 
+        store_use = self._store_use(used, before)
         output = sp.csr_matrix((y.shape[0], n), dtype=np.float32)
-        own_last = [plan.layers[-1].own for plan in plans]
+        own_last = [plan.last_own for plan in plans]
         parts_out = []
         for g, rows in enumerate(groups):
             slabs = finals[g * k:(g + 1) * k]
             output = output + assemble(slabs, own_last, (y.shape[0], n), row_ids=rows)
             parts_out += [(g, p, s) for p, s in enumerate(slabs)]
-        return self._result(y.shape[0], as_csr32(output), wall, part, row_groups,
-                            row_partition, groups, parts_out, workers, messages, timing,
-                            seed, transport)
+        result = self._result(y.shape[0], as_csr32(output), wall, part, row_groups,
+                              row_partition, groups, parts_out, workers, messages, timing,
+                              seed, transport)
+        if store_use is not None:
+            result.blocks = result.blocks.merge(store_use, on=["worker", "part"], how="left")
+            result.params["weights"] = sorted({mode for mode, _ in self.part_weights})
+        return result
 
-    def _run_direct(self, plans: list[PartPlan], plan_futures: dict[int, Future],
+    def _store_use(self, used: set[str], before: pd.DataFrame | None = None
+                   ) -> pd.DataFrame | None:
+        """Per worker and part of a store's run: weights held, bytes of the slices read
+        (during the run, given ``before``: the same table taken before it), and the
+        worker's peak resident memory so far."""
+        if not self.streamed or self.slices is None:
+            return None
+        reports = self.client.run(_parts_report, str(self.slices), workers=sorted(used))
+        rows = [dict(row, worker=w) for w, report in reports.items() for row in report]
+        table = pd.DataFrame(rows, columns=["worker", "part", "weights", "weight_bytes",
+                                            "slice_bytes_read", "peak_rss_bytes"])
+        if before is not None:
+            start = before.set_index(["worker", "part"])["slice_bytes_read"]
+            table["slice_bytes_read"] -= [int(start.get((w, p), 0)) for w, p in
+                                          zip(table["worker"], table["part"], strict=True)]
+        return table
+
+    def _run_direct(self, plans: list[PartPlan], plan_futures: dict[tuple[int, str], Future],
                     slab_futures: dict[tuple[int, int], Future], workers: list[str],
                     n_groups: int, token: str, strategy: str, used: set[str]
                     ) -> list[dict[str, Any]]:
@@ -326,7 +435,8 @@ class ModelParallelExecutor(Executor):
             route = [slots[g, p] for p in range(k)]
             for p in range(k):
                 futures.append(self.client.submit(
-                    run_part, plan_futures[p], slab_futures[g, p], token=token, group=g,
+                    run_part, plan_futures[p, route[p]], slab_futures[g, p], token=token,
+                    group=g,
                     route=route, expected=hosted[route[p]], n_layers=self.network.n_layers,
                     strategy=strategy, key=f"part-{token}-g{g}-p{p}", workers=[route[p]],
                     allow_other_workers=False, pure=False))
@@ -350,7 +460,7 @@ class ModelParallelExecutor(Executor):
                          np.nan, np.nan))
         return pd.DataFrame(rows, columns=MESSAGE_COLUMNS)
 
-    def _graph(self, plans: list[PartPlan], plan_futures: dict[int, Future],
+    def _graph(self, plans: list[PartPlan], plan_futures: dict[tuple[int, str], Future],
                slab_futures: dict[tuple[int, int], Future], workers: list[str],
                n_groups: int, token: str) -> list[Any]:
         """Delayed tasks of every layer, each pinned to its part's worker."""
@@ -374,17 +484,17 @@ class ModelParallelExecutor(Executor):
                         name = "+".join(map(str, parts))
                         with dask.annotate(workers=[here], allow_other_workers=False):
                             piece = dask.delayed(_send, pure=False)(
-                                plan_futures[q], layer, current[q], parts,
+                                plan_futures[q, here], layer, current[q], parts,
                                 dask_key_name=f"send-{token}-g{g}-l{layer}-{q}to{name}")
                         for p in parts:
                             provided[q, p] = piece
                 nxt = []
                 for p, plan in enumerate(plans):
                     sources = plan.sources(layer)
-                    with dask.annotate(workers=[self._slot(workers, g, p, k)],
-                                       allow_other_workers=False):
+                    there = self._slot(workers, g, p, k)
+                    with dask.annotate(workers=[there], allow_other_workers=False):
                         nxt.append(dask.delayed(_step, pure=False)(
-                            plan_futures[p], layer, current[p], sources,
+                            plan_futures[p, there], layer, current[p], sources,
                             *[provided[q, p] for q in sources],
                             dask_key_name=f"step-{token}-g{g}-l{layer}-p{p}"))
                 current = nxt
@@ -426,7 +536,8 @@ class ModelParallelExecutor(Executor):
         layers = layers.merge(moved, on=["group", "part", "layer"], how="left")
         layers[["bytes_in", "transfers_in"]] = (layers[["bytes_in", "transfers_in"]]
                                                 .fillna(0).astype(np.int64))
-        volume = part.volume(self.network)
+        volume = (slices_volume(self.slices) if self.streamed
+                  else part.volume(self.network))
         per_layer = layers.groupby("layer").agg(
             bytes_moved=("bytes_in", "sum"), transfers=("transfers_in", "sum"),
             columns_in=("columns_in", "sum"), nnz_in=("nnz_in", "sum"),
@@ -468,3 +579,9 @@ class ModelParallelExecutor(Executor):
             transport=transport,
             messages=messages,
         )
+
+
+def _parts_report(folder: str, dask_worker: Any = None) -> list[dict[str, Any]]:
+    """On a worker (``client.run``): its open parts of the slices ``folder``."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: kB
+    return [dict(row, peak_rss_bytes=peak) for row in open_parts(folder)]

@@ -63,3 +63,39 @@ def choose_weights(network: Network | NetworkStore | StreamedNetwork, weights: s
     return "streamed", (f"streamed: a worker's copy would be {need / 1e9:.2f} GB (weights and "
                         f"transpose), over {fraction:g} of its {memory_limit / 1e9:.1f} GB "
                         "memory limit; each worker reads the store layer by layer")
+
+
+def choose_part_weights(need: list[int], sharing: list[int], weights: str,
+                        memory_limit: int | None) -> list[tuple[str, str]]:
+    """Resident or streamed for every part of a model-parallel run on a store, and why.
+
+    ``need[p]`` is the bytes part ``p`` holds with every layer resident
+    (:func:`~sdnn_dask.parallel.slabs.slices.part_resident_bytes`), ``sharing[p]`` the most
+    parts that share one worker with it. ``weights`` as in :func:`choose_weights`; with
+    ``"auto"`` a part is resident when its layers fit in
+    ``sdnn.data-parallel.resident-fraction`` of the memory limit divided among the parts
+    sharing its worker, else streamed (its slice read layer by layer, each run).
+    """
+    if weights not in WEIGHTS:
+        raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got {weights!r}")
+    if weights != "auto":
+        return [(weights, f"{weights}: as asked ({bytes_ / 1e9:.2f} GB if resident)")
+                for bytes_ in need]
+    fraction = float(config.get("data-parallel.resident-fraction"))
+    if memory_limit is None:
+        import psutil
+
+        memory_limit = int(psutil.virtual_memory().total)
+    out = []
+    for bytes_, shared in zip(need, sharing, strict=True):
+        budget = fraction * memory_limit / max(1, shared)
+        share = (f"{fraction:g} of its worker's {memory_limit / 1e9:.1f} GB memory limit"
+                 + (f", shared by {shared} parts" if shared > 1 else ""))
+        if bytes_ <= budget:
+            out.append(("resident", f"resident: its slice ({bytes_ / 1e9:.2f} GB, weights "
+                                    f"and transpose) fits in {share}"))
+        else:
+            out.append(("streamed", f"streamed: its slice would be {bytes_ / 1e9:.2f} GB "
+                                    f"(weights and transpose), over {share}; the part "
+                                    "reads it layer by layer"))
+    return out

@@ -77,6 +77,7 @@ class Runner:
         self._executors: dict[tuple[str, int], Any] = {}
         self._partitions: dict[tuple, Any] = {}
         self._warm: set[tuple] = set()
+        self._said_slices: set[Any] = set()
 
     @property
     def cluster_workers(self) -> list[str]:
@@ -89,12 +90,6 @@ class Runner:
         if spec.partition == "hypergraph" and "hypergraph" not in neuron_partitions_available():
             raise StudyError(f"{spec.label}: the hypergraph partition needs Mt-KaHyPar: "
                              "pip install 'sdnn_dask[partition]'")
-        if is_streamed(self.problem.network) and spec.strategy not in (*SERIAL_STRATEGIES,
-                                                                       "data"):
-            raise StudyError(f"{spec.label}: the weights are streamed from a store, layer by "
-                             "layer, which only the serial strategies and data parallelism "
-                             "do; model parallelism needs them in memory "
-                             "(sdnn.data-parallel.weights: resident, or fewer layers)")
         spec.check_against(self.problem, max(1, len(self.cluster_workers)))
 
     def _executor(self, kind: str, workers: int):
@@ -111,6 +106,14 @@ class Runner:
             if kind == "data" and is_streamed(self.problem.network):  # resident or not
                 say(self.progress, f"weights {self._executors[key].weights_reason}")
         return self._executors[key]
+
+    def _say_part_weights(self, executor: Any) -> None:
+        """Once per partition placed: how each part holds its slice of a store, and why."""
+        if not is_streamed(self.problem.network) or executor.slices in self._said_slices:
+            return
+        self._said_slices.add(executor.slices)
+        for p, (_, reason) in enumerate(executor.part_weights):
+            say(self.progress, f"part {p} of {executor.slices.name}: {reason}")
 
     def _partition(self, spec: RunSpec, k: int):
         from ..partition import make_neuron_partition
@@ -148,8 +151,13 @@ class Runner:
                 nbuckets=spec.nbuckets, placement=spec.placement, merge=spec.merge)
         executor = self._executor("model", workers)
         part = self._partition(spec, spec.parts or workers)
-        return executor.run(inputs, partition=part, row_groups=spec.row_groups,
-                            seed=spec.seed, transport=spec.transport)
+        if is_streamed(net):
+            say(self.progress, "cutting (or finding) the partition's per-part slices of the "
+                               "store")
+        result = executor.run(inputs, partition=part, row_groups=spec.row_groups,
+                              seed=spec.seed, transport=spec.transport)
+        self._say_part_weights(executor)
+        return result
 
     def _warm_up(self, spec: RunSpec) -> None:
         key = (spec.strategy == "data", spec.workers, spec.transport)

@@ -88,6 +88,11 @@ class PartPlan:
             total += sum(a.nbytes for a in lp.fetch.values())
         return total
 
+    @property
+    def last_own(self) -> np.ndarray:
+        """Global ids of the last level's neurons this part computes."""
+        return self.layers[-1].own
+
     def sources(self, layer: int) -> list[int]:
         """Parts (other than this one) that send columns to this part in ``layer``."""
         return [q for q in self.layers[layer - 1].put if q != self.part]
