@@ -279,3 +279,20 @@ def test_the_cli_runs_model_parallelism_and_the_hybrid_on_a_streamed_store(held,
         assert "streaming 1024-12 weights from the store" in captured.err
         assert "part 0 of hash-k2-" in captured.err and "streamed: as asked" in captured.err
         assert f"{len(expected)} categories" in captured.out
+
+
+@pytest.mark.parametrize("weights", ["resident", "streamed"])
+def test_data_parallelism_on_a_store_records_what_each_worker_read(client, net, held,
+                                                                   inputs, weights):
+    from sdnn_dask.parallel.data import DataParallelExecutor
+
+    executor = DataParallelExecutor(client, held.store.folder, weights=weights)
+    result = executor.run(inputs, partition="block")
+    assert_same_result(result, infer_reference(net, inputs))
+    per_worker = result.blocks.groupby("worker").first()
+    assert len(per_worker) == 2 and set(per_worker["weights"]) == {weights}
+    assert (per_worker["peak_rss_bytes"] > 0).all() and (per_worker["weight_bytes"] > 0).all()
+    if weights == "streamed":  # every worker reads every layer's files, once a run
+        assert (per_worker["store_bytes_read"] == held.store.nbytes()).all()
+    else:
+        assert (per_worker["store_bytes_read"] == 0).all()

@@ -36,7 +36,7 @@ from .. import config
 from ..core.kernels import InputOrder, input_order
 from .store import NetworkStore, open_store, writable_array
 
-__all__ = ["StreamedNetwork", "resident_bytes"]
+__all__ = ["StreamedNetwork", "bytes_read", "resident_bytes"]
 
 PathLike = str | os.PathLike
 
@@ -47,6 +47,15 @@ READ_AHEAD = 4
 #: Stores opened in this process, by folder and manifest time: a worker opens each once.
 _OPENED: dict[tuple[str, int], NetworkStore] = {}
 _OPENED_LOCK = threading.Lock()
+
+#: Bytes of store files this process has read for the kernel, by store folder.
+_READ: dict[str, int] = {}
+
+
+def bytes_read(folder: PathLike) -> int:
+    """Bytes of the store at ``folder`` this process has read for streamed runs so far
+    (each layer's files as the manifest lists them, counted when the layer is prepared)."""
+    return _READ.get(str(Path(folder).resolve()), 0)
 
 
 def _opened(folder: Path) -> NetworkStore:
@@ -138,8 +147,14 @@ class StreamedNetwork:
         caller moves on; closing the iterator stops the threads.
         """
 
+        folder = str(self.store.folder.resolve())
+        layers = self.store.manifest["layers"]
+
         def prepare(k: int) -> tuple[sp.csr_matrix, None, InputOrder]:
             read = self.store.layer(k)  # checked on its first read
+            with _OPENED_LOCK:
+                _READ[folder] = _READ.get(folder, 0) + sum(
+                    file["bytes"] for file in layers[k - 1]["files"].values())
             w = sp.csr_matrix((writable_array(read.data), writable_array(read.indices),
                                writable_array(read.indptr)), shape=read.shape, copy=False)
             w.has_sorted_indices = w.has_canonical_format = True

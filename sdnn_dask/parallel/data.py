@@ -27,6 +27,7 @@ those blocks again (and the weights, if no copy is left) and reruns only them, u
 from __future__ import annotations
 
 import os
+import resource
 import time
 import uuid
 from collections.abc import Iterable
@@ -46,7 +47,7 @@ from ..core.kernels import (
 from ..core.network import Network, as_csr32
 from ..core.result import RunResult, network_info
 from ..data.store import NetworkStore
-from ..data.streaming import StreamedNetwork
+from ..data.streaming import StreamedNetwork, bytes_read
 from ..partition import make_row_partition
 from ..registry import PLACEMENTS
 from .allocator import tune_allocator
@@ -116,6 +117,9 @@ class DataParallelExecutor(Executor):
                          else [tune_allocator])
         if isinstance(network, NetworkStore | str | os.PathLike):  # a store, or its folder
             network = StreamedNetwork(network)
+        self._store = network.store if isinstance(network, StreamedNetwork) else None
+        self._resident_bytes = (network.resident_bytes()
+                                if isinstance(network, StreamedNetwork) else 0)
         self.weights, self.weights_reason = choose_weights(
             network, weights or config.get("data-parallel.weights"),
             worker_memory_limit(client, self.workers))
@@ -222,6 +226,7 @@ class DataParallelExecutor(Executor):
         futures = place_retrying(self.client, self.strategy, place)
         merge = bool(config.get("data-parallel.merge-blocks") if merge is None else merge)
         merge = merge or self.weights == "streamed"  # a worker's blocks stream together
+        before = self._store_use()
         if placement == "static":
             results, wall = self._map(futures, blocks, merge=merge)
         else:
@@ -233,7 +238,33 @@ class DataParallelExecutor(Executor):
             params["seed"] = seed
         if partition == "hash":
             params["nbuckets"] = nbuckets
-        return self._assemble(results, row_ids, y.shape[0], wall, partition, params)
+        result = self._assemble(results, row_ids, y.shape[0], wall, partition, params)
+        use = self._store_use(before)
+        if use is not None:
+            result.blocks = result.blocks.merge(use, on="worker", how="left")
+        return result
+
+    def _store_use(self, before: pd.DataFrame | None = None) -> pd.DataFrame | None:
+        """Per worker of a run on a store: how it held the weights, their bytes (the copy
+        in memory, or the most layers a streamed run prepares at once), the store's bytes
+        it read (during the run, given ``before``: this table taken before it), and its
+        peak resident memory so far. ``None`` for a network given in memory."""
+        if self._store is None:
+            return None
+        folder = str(self._store.folder)
+        reports = self.client.run(_store_report, folder, workers=self.workers)
+        if self.weights == "resident":
+            held = self._resident_bytes
+        else:
+            layers = self._store.manifest["layers"][: self.network.n_layers]
+            held = (self.network.window + 1) * 8 * max(e["nnz"] for e in layers)
+        table = pd.DataFrame([{"worker": w, "weights": self.weights, "weight_bytes": held,
+                               "store_bytes_read": r["read"], "peak_rss_bytes": r["peak"]}
+                              for w, r in reports.items()])
+        if before is not None:
+            start = before.set_index("worker")["store_bytes_read"]
+            table["store_bytes_read"] -= [int(start.get(w, 0)) for w in table["worker"]]
+        return table
 
     def _check_width(self, shape: tuple[int, ...]) -> None:
         if len(shape) != 2 or shape[1] != self.network.n_neurons:
@@ -473,3 +504,9 @@ class DataParallelExecutor(Executor):
             layers=pd.concat(layers, ignore_index=True),
             params=params,
         )
+
+
+def _store_report(folder: str, dask_worker: Any = None) -> dict[str, int]:
+    """On a worker (``client.run``): the store's bytes it read, its peak resident memory."""
+    return {"read": bytes_read(folder),
+            "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}  # Linux: kB
