@@ -39,6 +39,13 @@ rows, survivors     input rows of the block, and those nonzero after the last la
                     part: nonzero in the part's columns)
 row_layers          the work the block actually did: its live rows summed over the layers
 compute_s           seconds in the kernel, measured on the worker (a part: sum of its layers)
+weight_bytes        a run on a network store: bytes of weights the block's worker held (data
+                    parallelism: its copy, or the most layers streaming prepares at once; a
+                    part: its slice's layers, all of them when resident), else empty
+store_bytes_read    a run on a store: bytes the worker read in the run (data parallelism: the
+                    store's files; a part: its slice of them, cut beside the store), else
+                    empty; per worker, so repeated on a worker's blocks
+peak_rss_bytes      a run on a store: the worker process's peak resident memory so far
 bytes_moved         bytes of the pieces moved between workers in the run, counted by the
                     direct transport or read from Dask's transfer logs (graph) (model/hybrid;
                     empty where not measured)
@@ -56,9 +63,10 @@ merge_blocks        data parallelism: ``merged`` (a worker's blocks alone throug
                     each); else empty
 placement           data parallelism: ``static`` (block b pinned to worker b mod P) or
                     ``dynamic`` (blocks handed to workers as they free up); else empty
-weights             data parallelism: ``resident`` (every worker holds the weights) or
-                    ``streamed`` (every worker read them from a network store layer by
-                    layer, all its rows through a layer before the next); else empty
+weights             a store's weights: ``resident`` (every worker holds the weights; a part
+                    its slice) or ``streamed`` (read from the store layer by layer, all the
+                    worker's rows through a layer before the next; a part its slice),
+                    ``resident+streamed`` when parts differ; else empty
 check               ``PASS``/``FAIL``: every activation within float32 rounding of the
                     bounded float64 reference (:mod:`sdnn_dask.core.check`) and, with
                     ``check_against=truth``, the categories equal to the truth
@@ -115,6 +123,7 @@ RUN_DTYPES: dict[str, str] = {
     "epsilon": _FLOAT, "dense_threshold": _FLOAT, "chunk_bytes": _INT, "chunk_min_rows": _INT,
     "block": _INT,
     "worker": _TEXT, "rows": _INT, "survivors": _INT, "row_layers": _INT, "compute_s": _FLOAT,
+    "weight_bytes": _FLOAT, "store_bytes_read": _FLOAT, "peak_rss_bytes": _FLOAT,
     "wall_s": _FLOAT, "edges_per_s": _FLOAT, "imbalance": _FLOAT,
     "survivor_imbalance": _FLOAT, "work_imbalance": _FLOAT, "placement": _TEXT,
     "merge_blocks": _TEXT, "weights": _TEXT,
@@ -133,8 +142,9 @@ LAYER_DTYPES: dict[str, str] = {
 RUN_COLUMNS = list(RUN_DTYPES)
 LAYER_COLUMNS = list(LAYER_DTYPES)
 #: Run-level columns: the same on every block row of a run.
-RUN_LEVEL = [c for c in RUN_COLUMNS if c not in ("block", "worker", "rows", "survivors",
-                                                 "row_layers", "compute_s")]
+BLOCK_LEVEL = ("block", "worker", "rows", "survivors", "row_layers", "compute_s",
+               "weight_bytes", "store_bytes_read", "peak_rss_bytes")
+RUN_LEVEL = [c for c in RUN_COLUMNS if c not in BLOCK_LEVEL]
 RECORDS_FILE = "records.csv"
 LAYERS_FILE = "layers.csv"
 
@@ -193,6 +203,8 @@ def run_records(
     """
     blocks = result.blocks
     frame = blocks[["block", "worker", "rows", "survivors", "compute_s"]].copy()
+    for column in ("weight_bytes", "store_bytes_read", "peak_rss_bytes"):
+        frame[column] = blocks[column] if column in blocks else np.nan
     # the work a block actually did: its live rows, summed over the layers
     if "rows_in" in result.layers and result.layers["rows_in"].notna().any():
         done = result.layers.groupby("block")["rows_in"].sum()

@@ -228,9 +228,9 @@ def test_every_part_count_and_hybrid_on_a_store(client, net, held, inputs, in_me
         assert set(blocks["weights"]) == {weights}
         assert (blocks["weight_bytes"] > 0).all() and (blocks["peak_rss_bytes"] > 0).all()
         if weights == "streamed":  # every run reads its slices again
-            assert (blocks["slice_bytes_read"] > 0).all()
+            assert (blocks["store_bytes_read"] > 0).all()
         else:  # read once, when the part was opened
-            assert (blocks["slice_bytes_read"] == 0).all()
+            assert (blocks["store_bytes_read"] == 0).all()
         assert result.communication["km1"].sum() == \
             make_neuron_partition(net, k, method).volume(net)["km1"].sum()
 
@@ -239,7 +239,7 @@ def test_a_part_per_worker_reads_about_its_share_of_the_slices(client, net, held
     executor = ModelParallelExecutor(client, held, weights="streamed")
     result = executor.run(inputs, partition="block", k=2)
     total = sum(w.nnz for w in net.layers) * 2  # uint16 columns, one value a layer
-    read = result.blocks["slice_bytes_read"]
+    read = result.blocks["store_bytes_read"]
     assert len(read) == 2 and (read <= 0.6 * total).all() and (read >= 0.5 * total).all()
 
 
@@ -296,3 +296,32 @@ def test_data_parallelism_on_a_store_records_what_each_worker_read(client, net, 
         assert (per_worker["store_bytes_read"] == held.store.nbytes()).all()
     else:
         assert (per_worker["store_bytes_read"] == 0).all()
+
+
+def test_the_report_shows_memory_and_store_reads_per_worker(client, net, held, inputs):
+    import pandas as pd
+
+    from sdnn_dask.parallel.data import DataParallelExecutor
+    from sdnn_dask.records import run_records
+    from sdnn_dask.report.html import html_report
+    from sdnn_dask.report.memory import memory_headline, memory_table
+    from sdnn_dask.report.summary import summary_markdown
+
+    data = DataParallelExecutor(client, held, weights="streamed").run(inputs)
+    model = ModelParallelExecutor(client, held, weights="streamed").run(inputs, k=2)
+    records = pd.concat([run_records(r, study="memory", check="PASS", spec=r.strategy)
+                         for r in (data, model)], ignore_index=True)
+    table = memory_table(records)
+    assert list(table["strategy"]) == ["data", "model"]
+    by = table.set_index("strategy")
+    whole = held.store.nbytes() / 1e9
+    assert by.loc["data", "read_gb"] == pytest.approx(whole)  # every layer, every worker
+    assert by.loc["data", "read_share"] == pytest.approx(1.0)
+    # a part reads its slice: about half the store's nonzeros, at two bytes each
+    assert 0.4 < by.loc["model", "read_share"] < 0.7
+    assert by.loc["model", "gb_moved"] > 0 and pd.isna(by.loc["data", "gb_moved"])
+    said = memory_headline(table)
+    assert said.startswith("model block k = 2 (streamed) peaks at") and "moves" in said
+    page = html_report(records, pd.DataFrame())
+    assert "Memory and store reads per worker" in page and "store read a worker" in page
+    assert "### Memory and store reads per worker" in summary_markdown(records)

@@ -401,7 +401,7 @@ class ModelParallelExecutor(Executor):
                               seed, transport)
         if store_use is not None:
             result.blocks = result.blocks.merge(store_use, on=["worker", "part"], how="left")
-            result.params["weights"] = sorted({mode for mode, _ in self.part_weights})
+            result.params["weights"] = "+".join(sorted({m for m, _ in self.part_weights}))
         return result
 
     def _store_use(self, used: set[str], before: pd.DataFrame | None = None
@@ -414,10 +414,10 @@ class ModelParallelExecutor(Executor):
         reports = self.client.run(_parts_report, str(self.slices), workers=sorted(used))
         rows = [dict(row, worker=w) for w, report in reports.items() for row in report]
         table = pd.DataFrame(rows, columns=["worker", "part", "weights", "weight_bytes",
-                                            "slice_bytes_read", "peak_rss_bytes"])
+                                            "store_bytes_read", "peak_rss_bytes"])
         if before is not None:
-            start = before.set_index(["worker", "part"])["slice_bytes_read"]
-            table["slice_bytes_read"] -= [int(start.get((w, p), 0)) for w, p in
+            start = before.set_index(["worker", "part"])["store_bytes_read"]
+            table["store_bytes_read"] -= [int(start.get((w, p), 0)) for w, p in
                                           zip(table["worker"], table["part"], strict=True)]
         return table
 

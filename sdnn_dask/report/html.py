@@ -26,6 +26,7 @@ from ..files import atomic_path, write_text_atomic
 from ..formatting import format_cell
 from . import figures
 from .layers import block_times, communication, communication_series, layer_profile, layer_times
+from .memory import MEMORY_COLUMNS, MEMORY_NOTES, memory_headline, memory_table
 from .summary import (
     COLUMN_NOTES,
     PROJECTION_COLUMNS,
@@ -47,9 +48,12 @@ HEADERS = {
     "mb_moved": "MB moved", "predicted_volume": "predicted volume (km1)",
     "check": "check", "network": "network", "rows": "rows", "measured_s": "measured (s)",
     "projected_s": "projected (s)", "error_pct": "error", "held_out": "held out",
+    "weights": "weights", "row_groups": "row groups", "weight_gb": "weights a worker (GB)",
+    "peak_gb": "peak a worker (GB)", "read_gb": "store read a worker (GB)",
+    "read_share": "of the store a worker", "gb_moved": "GB moved",
 }
 _TEXT_COLUMNS = {"strategy", "partition", "row_partition", "transport", "check", "network",
-                 "held_out"}
+                 "held_out", "weights"}
 
 
 @dataclass
@@ -72,6 +76,8 @@ class Section:
     cmp: pd.DataFrame
     headline: str
     plots: list[Plot] = field(default_factory=list)
+    #: Memory and store reads per worker (:mod:`.memory`): runs on a store only.
+    memory: pd.DataFrame | None = None
 
     @property
     def anchor(self) -> str:
@@ -129,8 +135,12 @@ def build(runs: pd.DataFrame, layers: pd.DataFrame, *,
     times = layer_times(runs, layers)
     series = communication_series(communication(runs, layers))
     sections = []
+    per_worker = memory_table(runs)
     for (network, inputs), rows in problems(cmp):
         section = Section(network, inputs, rows, headline(rows))
+        memory = _rows_of(per_worker, network, inputs)
+        if len(memory):
+            section.memory = memory
         where = f" — {network}, {inputs:,} inputs"
         layers_n = int(rows["layers"].iloc[0])
         mine = {name: _rows_of(frame, network, inputs) for name, frame in
@@ -254,6 +264,9 @@ def _cell(value: object, column: str) -> tuple[str, str]:
     if column == "error_pct":
         number = float(value)
         return ("" if np.isnan(number) else f"{number:+.1f}%"), "num"
+    if column in ("weight_gb", "peak_gb", "read_gb", "gb_moved", "read_share"):
+        number = float(value) if pd.notna(value) else np.nan
+        return ("" if np.isnan(number) else f"{number:.3g}"), "num"
     if column in ("measured_s", "projected_s"):
         number = float(value)
         return ("" if np.isnan(number) else f"{number:.3g}"), "num"
@@ -379,6 +392,13 @@ def render_html(rep: Report) -> str:
             "passed. Ratios above 1 are faster than the baseline; × data compares with the "
             "fastest data-parallel configuration on the same number of workers.</p>",
         ]
+        if section.memory is not None:
+            parts += ["<h3>Memory and store reads per worker</h3>",
+                      f'<p class="headline">{esc(memory_headline(section.memory))}</p>',
+                      _html_table(section.memory, MEMORY_COLUMNS, css="memory"),
+                      '<p class="meta">' + esc(" ".join(
+                          f"{HEADERS.get(c, c)}: {n}." for c, n in MEMORY_NOTES.items()))
+                      + "</p>"]
         parts += [_img(plot, rep.plot_note) for plot in section.plots]
         parts.append("</section>")
     if rep.projection is not None:

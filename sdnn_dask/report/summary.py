@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 
 from ..formatting import to_markdown
+from .memory import MEMORY_COLUMNS, MEMORY_NOTES, memory_headline, memory_table
 from .tables import (
     PARTITION_ORDER,
     SERIAL,
@@ -144,6 +145,7 @@ def summary_markdown(records: pd.DataFrame, *, title: str = "sdnn_dask compariso
     ]
     if plot_note:
         lines += [f"No plots: {plot_note}.", ""]
+    per_worker = memory_table(records)
     for (network, inputs), rows in problems(cmp):
         top = rows.iloc[0]
         lines += [
@@ -157,6 +159,12 @@ def summary_markdown(records: pd.DataFrame, *, title: str = "sdnn_dask compariso
             to_markdown(rows, shown_columns(rows)),
             "",
         ]
+        memory = per_worker[(per_worker["network"].astype(str) == network)
+                            & (per_worker["inputs"].astype(int) == inputs)]
+        if len(memory):
+            lines += ["### Memory and store reads per worker", "", memory_headline(memory), "",
+                      to_markdown(memory, MEMORY_COLUMNS), "",
+                      " ".join(f"`{c}`: {n}." for c, n in MEMORY_NOTES.items()), ""]
         for caption, name in (images or {}).get((network, inputs), ()):
             lines += [f"![{caption}]({name})", ""]
     if projection is not None:

@@ -589,10 +589,10 @@ def part_resident_bytes(folder: os.PathLike | str, part: int) -> int:
 
 def open_parts(folder: os.PathLike | str) -> list[dict[str, Any]]:
     """The parts of ``folder`` this process has open: ``part``, ``weights`` (resident or
-    streamed), ``weight_bytes`` held now and ``slice_bytes_read`` so far."""
+    streamed), ``weight_bytes`` held now and ``store_bytes_read`` so far."""
     folder = str(Path(folder).resolve())
     with _OPEN_LOCK:
         plans = [plan for key, plan in _OPEN.items() if key[0] == folder]
     return [{"part": plan.part, "weights": "streamed" if plan.streamed else "resident",
-             "weight_bytes": plan.nbytes, "slice_bytes_read": plan.bytes_read}
+             "weight_bytes": plan.nbytes, "store_bytes_read": plan.bytes_read}
             for plan in plans]
