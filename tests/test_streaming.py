@@ -375,3 +375,28 @@ def test_data_parallel_takes_a_store_folder(client, held, net, inputs):
         result = executor.run(inputs, n_blocks=3)  # streamed blocks always run together
     assert (result.params["weights"], result.params["merge_blocks"]) == ("streamed", "merged")
     assert_same_result(result, infer_reference(net, inputs))
+
+
+@pytest.mark.parametrize("pass_rows", [1, 250, 899, 5000])
+def test_rows_stream_in_passes_with_the_same_outputs(held, net, inputs, pass_rows):
+    # blocks of 300, 0 and 600 rows, cut into passes that straddle them
+    blocks = [inputs[:300], inputs[300:300], inputs[300:]]
+    streamed = StreamedNetwork(held)
+    once = stream_blocks(streamed, blocks, pass_rows=10 ** 9)
+    passes = stream_blocks(streamed, blocks, pass_rows=pass_rows)
+    assert [o.n_rows for o in passes] == [300, 0, 600]
+    for a, b in zip(passes, once, strict=True):
+        assert_same_result(a.to_csr(), b.to_csr())
+        np.testing.assert_array_equal(a.rows, b.rows)
+        assert a.trace["rows_in"].sum() == b.trace["rows_in"].sum()
+    assert_same_result(_stacked(passes), infer_reference(net, inputs).output)
+
+
+def test_the_default_pass_is_set_in_bytes(held):
+    import dask
+
+    from sdnn_dask.core.kernels.forward import default_pass_rows
+
+    with dask.config.set({"sdnn.store.pass-bytes": 8 * N * 5000}):
+        assert default_pass_rows(StreamedNetwork(held)) == 5000
+    assert default_pass_rows(make_network(N, 2)) is None  # in memory: one pass
