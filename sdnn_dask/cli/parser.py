@@ -182,6 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", action="store_true",
                    help="also write the network as a binary network store, "
                         "OUT/neuron{N}-l{L}.store (see convert; default: not written)")
+    p.add_argument("--store-only", action="store_true",
+                   help="write only the network store, OUT/neuron{N}-l{L}.store, layer by "
+                        "layer as it is generated (for networks larger than memory; no "
+                        "layer files, inputs or categories)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress messages")
     p.set_defaults(func=cmd_generate)
 
