@@ -271,6 +271,21 @@ def test_generate_store_writes_the_network_as_a_store(small_challenge, capsys):
     assert not list(small_challenge.glob(".*"))  # no partial or old folder left
 
 
+def test_generate_store_only_writes_the_store_alone(tmp_path, capsys):
+    from sdnn_dask.data import store
+    from sdnn_dask.data.radixnet import make_network
+
+    assert main(["generate", str(tmp_path), "-N", "1024", "-L", "4", "--seed", "2",
+                 "--store-only", "-q"]) == 0
+    assert "wrote the network store" in capsys.readouterr().out
+    assert [p.name for p in tmp_path.iterdir()] == ["neuron1024-l4.store"]  # nothing else
+    held = store.open_store(tmp_path / "neuron1024-l4.store", verify=True)
+    expected = make_network(1024, 4, seed=2)
+    assert held.name == expected.name and held.source == {"generated": "radixnet", "seed": 2}
+    for k, w in enumerate(expected.layers, start=1):
+        assert abs(held.layer(k) - w).max() == 0
+
+
 def test_convert_on_two_workers_gives_the_text_files(small_challenge, tmp_path, capsys):
     from sdnn_dask.data import store
 
