@@ -209,7 +209,7 @@ class ModelParallelExecutor(Executor):
         self.setup()
         workers = self.workers
         settings = self.kernel_settings()  # read here, on the client, for every part
-        kernel = (settings.dense_threshold, settings.chunk_bytes)
+        kernel = (settings.dense_threshold, settings.chunk_bytes, settings.min_chunk_rows)
         digest = hashlib.sha1()
         for row in partition.parts:  # a level at a time: block partitions are broadcast
             digest.update(np.ascontiguousarray(row).tobytes())
@@ -223,7 +223,7 @@ class ModelParallelExecutor(Executor):
                 plans, futures = self._open_slices(partition, hosts, workers, kernel)
             else:
                 plans = make_part_plans(self.network, partition, dense_threshold=kernel[0],
-                                        chunk_bytes=kernel[1])
+                                        chunk_bytes=kernel[1], min_chunk_rows=kernel[2])
                 futures = {}
                 for p, plan in enumerate(plans):
                     [future] = self.client.scatter([plan], workers=hosts[p], broadcast=True,
@@ -238,7 +238,7 @@ class ModelParallelExecutor(Executor):
         return plans, futures, workers
 
     def _open_slices(self, partition: NeuronPartition, hosts: dict[int, list[str]],
-                     workers: list[str], kernel: tuple[float, int]
+                     workers: list[str], kernel: tuple[float, int, int]
                      ) -> tuple[list[PartPlan], dict[tuple[int, str], Future]]:
         """A store's partition: its slices cut (once, beside the store), and every part
         opened on each worker that runs it, resident or streamed."""
@@ -259,12 +259,14 @@ class ModelParallelExecutor(Executor):
                 futures[p, host] = self.client.submit(
                     open_part, str(folder), p, net.bias, net.ymax, streamed=streamed,
                     window=window, dense_threshold=kernel[0], chunk_bytes=kernel[1],
+                    min_chunk_rows=kernel[2],
                     key=f"open-part-{folder.name}-p{p}-{uuid.uuid4().hex[:8]}", workers=[host],
                     allow_other_workers=False, pure=False)
             # the client's own view: routes and owned neurons, no layer loaded
             plans.append(SlicedPartPlan(folder, p, bias=net.bias, ymax=net.ymax,
                                         streamed=True, window=window,
-                                        dense_threshold=kernel[0], chunk_bytes=kernel[1]))
+                                        dense_threshold=kernel[0], chunk_bytes=kernel[1],
+                                        min_chunk_rows=kernel[2]))
         return plans, futures
 
     @staticmethod

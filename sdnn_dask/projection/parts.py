@@ -16,7 +16,8 @@ __all__ = ["part_chunk_rows", "part_slots", "part_work", "parts_per_core", "payl
 
 def part_chunk_rows(n_in: float, n_out: float, settings: KernelSettings) -> int:
     """Rows of a dense part step's chunk (whole 256-row tiles once it holds one)."""
-    rows = max(1, int(settings.chunk_bytes) // (4 * int(max(n_in, n_out))))
+    rows = max(1, int(settings.min_chunk_rows),
+               int(settings.chunk_bytes) // (4 * int(max(n_in, n_out))))
     if rows >= ROW_TILE:
         rows -= rows % ROW_TILE
     return rows

@@ -74,6 +74,7 @@ class PartPlan:
     ymax: float
     dense_threshold: float
     chunk_bytes: int = 1 << 20
+    min_chunk_rows: int = 1
 
     @property
     def nbytes(self) -> int:
@@ -104,7 +105,8 @@ class PartPlan:
 
 def make_part_plans(network: Network, partition: NeuronPartition, *,
                     dense_threshold: float | None = None,
-                    chunk_bytes: int | None = None) -> list[PartPlan]:
+                    chunk_bytes: int | None = None,
+                    min_chunk_rows: int | None = None) -> list[PartPlan]:
     """Slice the network's weights and index maps for every part of ``partition``.
 
     ``dense_threshold`` and ``chunk_bytes`` default to ``sdnn.kernel.*``, as in
@@ -114,6 +116,9 @@ def make_part_plans(network: Network, partition: NeuronPartition, *,
         dense_threshold = config.get("kernel.dense-threshold")
     if chunk_bytes is None:
         chunk_bytes = config.get("kernel.chunk-bytes")
+        if min_chunk_rows is None:  # as KernelSettings.resolve: the minimum goes with it
+            min_chunk_rows = int(config.get("kernel.chunk-min-rows") or 1)
+    min_chunk_rows = max(1, int(min_chunk_rows or 1))
     partition._check_network(network)
     k = partition.k
     parts = partition.parts
@@ -125,7 +130,7 @@ def make_part_plans(network: Network, partition: NeuronPartition, *,
         for ids in parts_owned:
             position[level, ids] = np.arange(len(ids))
     plans = [PartPlan(p, k, owned[0][p], [], float(network.ymax), float(dense_threshold),
-                      int(chunk_bytes)) for p in range(k)]
+                      int(chunk_bytes), min_chunk_rows) for p in range(k)]
     for layer, wt in enumerate(network.transposed, start=1):
         prev_owner = parts[layer - 1]
         prev_pos = position[layer - 1]

@@ -486,18 +486,20 @@ class SlicedPartPlan(PartPlan):
     """
 
     def __init__(self, folder: Path, part: int, *, bias: np.ndarray, ymax: float,
-                 streamed: bool, window: int, dense_threshold: float, chunk_bytes: int):
+                 streamed: bool, window: int, dense_threshold: float, chunk_bytes: int,
+                 min_chunk_rows: int = 1):
         self.folder, self.streamed, self.window = Path(folder), streamed, window
         self._files = _PartFiles(self.folder, part)
         self._bias, self._ymax = bias, ymax
         inputs = np.flatnonzero(self._files.level(0) == part)
         layers = _Layers(self._files, np.asarray(bias, np.float32), streamed, window)
         super().__init__(part, self._files.k, inputs, layers, float(ymax),
-                         float(dense_threshold), int(chunk_bytes))
+                         float(dense_threshold), int(chunk_bytes), int(min_chunk_rows))
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_reopen, (str(self.folder), self.part, self._bias, self._ymax, self.streamed,
-                          self.window, self.dense_threshold, self.chunk_bytes))
+                          self.window, self.dense_threshold, self.chunk_bytes,
+                          self.min_chunk_rows))
 
     @property
     def nbytes(self) -> int:
@@ -538,7 +540,8 @@ _OPEN_LOCK = threading.Lock()
 def open_part(folder: os.PathLike | str, part: int, bias: np.ndarray, ymax: float, *,
               streamed: bool, window: int | None = None,
               dense_threshold: float | None = None,
-              chunk_bytes: int | None = None) -> SlicedPartPlan:
+              chunk_bytes: int | None = None,
+              min_chunk_rows: int | None = None) -> SlicedPartPlan:
     """Part ``part`` of a slices folder in this process, opened once per folder, part and
     mode (later calls return the same plan); opening a part of another folder closes the
     process's parts of every other folder."""
@@ -547,9 +550,12 @@ def open_part(folder: os.PathLike | str, part: int, bias: np.ndarray, ymax: floa
         dense_threshold = config.get("kernel.dense-threshold")
     if chunk_bytes is None:
         chunk_bytes = config.get("kernel.chunk-bytes")
+        if min_chunk_rows is None:
+            min_chunk_rows = int(config.get("kernel.chunk-min-rows") or 1)
+    min_chunk_rows = max(1, int(min_chunk_rows or 1))
     folder = Path(folder).resolve()
     key = (str(folder), int(part), bool(streamed), window, float(dense_threshold),
-           int(chunk_bytes))
+           int(chunk_bytes), min_chunk_rows)
     with _OPEN_LOCK:
         for other in [x for x in _OPEN if x[0] != key[0]]:
             del _OPEN[other]
@@ -557,16 +563,19 @@ def open_part(folder: os.PathLike | str, part: int, bias: np.ndarray, ymax: floa
             _OPEN[key] = SlicedPartPlan(folder, int(part), bias=bias, ymax=ymax,
                                         streamed=bool(streamed), window=window,
                                         dense_threshold=float(dense_threshold),
-                                        chunk_bytes=int(chunk_bytes))
+                                        chunk_bytes=int(chunk_bytes),
+                                        min_chunk_rows=min_chunk_rows)
         plan = _OPEN[key]
     plan.layers.load_all()  # resident: every layer now, not in the run's first step
     return plan
 
 
 def _reopen(folder: str, part: int, bias: np.ndarray, ymax: float, streamed: bool,
-            window: int, dense_threshold: float, chunk_bytes: int) -> SlicedPartPlan:
+            window: int, dense_threshold: float, chunk_bytes: int,
+            min_chunk_rows: int) -> SlicedPartPlan:
     return open_part(folder, part, bias, ymax, streamed=streamed, window=window,
-                     dense_threshold=dense_threshold, chunk_bytes=chunk_bytes)
+                     dense_threshold=dense_threshold, chunk_bytes=chunk_bytes,
+                     min_chunk_rows=min_chunk_rows)
 
 
 def close_parts() -> None:

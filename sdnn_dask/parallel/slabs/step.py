@@ -262,7 +262,9 @@ def part_layer_step(plan: PartPlan, layer: int, own_prev: Slab,
     ymax = np.float32(plan.ymax)
     dense = nnz_in >= plan.dense_threshold * (1.0 + SETUP_ROWS / n_rows) * n_in * n_rows
     if dense:
-        chunk_rows = max(1, plan.chunk_bytes // (4 * max(n_in, n_out)))
+        # at least sdnn.kernel.chunk-min-rows, as the serial kernel: 1 MiB of tile is 4
+        # rows at N = 65536, and the dense step's rate falls with the rows of its tile
+        chunk_rows = max(1, plan.min_chunk_rows, plan.chunk_bytes // (4 * max(n_in, n_out)))
         if chunk_rows >= ROW_TILE:  # whole row tiles of the dense step (496-row chunks
             chunk_rows -= chunk_rows % ROW_TILE  # made hypergraph parts 10% slower)
         rows_t = padded(min(chunk_rows, n_rows))
