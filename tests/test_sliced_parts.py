@@ -325,3 +325,36 @@ def test_the_report_shows_memory_and_store_reads_per_worker(client, net, held, i
     page = html_report(records, pd.DataFrame())
     assert "Memory and store reads per worker" in page and "store read a worker" in page
     assert "### Memory and store reads per worker" in summary_markdown(records)
+
+
+def test_readers_at_different_layers_share_a_streamed_part(net, held):
+    # the hybrid's row groups run one part in one process, each at its own layer: readers
+    # far apart, taking turns, must not evict each other's layers (each would reload all)
+    import queue
+    import threading
+
+    partition = make_neuron_partition(net, 2, "block")
+    folder = write_part_slices(held, partition)
+    close_parts()
+    part = open_part(folder, 0, held.bias, held.ymax, streamed=True, window=2)
+
+    def reader(orders: queue.Queue, done: queue.Queue) -> None:
+        while (layer := orders.get()) is not None:
+            part.layers[layer]
+            done.put(layer)
+
+    lanes = [(queue.Queue(), queue.Queue()) for _ in range(2)]
+    threads = [threading.Thread(target=reader, args=lane) for lane in lanes]
+    for thread in threads:
+        thread.start()
+    gap = 5  # more than the window apart
+    for layer in range(L - gap):
+        for lane, at in zip(lanes, (layer + gap, layer), strict=True):
+            lane[0].put(at)
+            lane[1].get(timeout=20)
+    for lane in lanes:
+        lane[0].put(None)
+    for thread in threads:
+        thread.join(20)
+    one_pass = sum(part.layers._files.layer_bytes(k) for k in range(1, L + 1))
+    assert part.bytes_read <= one_pass * 1.5  # the leader's first layers, once more

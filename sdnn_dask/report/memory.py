@@ -77,9 +77,11 @@ def memory_headline(table: pd.DataFrame) -> str:
     label = f"{m['strategy']} {m['partition']} k = {int(m['parts'])}"
     if int(m["row_groups"]) > 1:
         label += f" x {int(m['row_groups'])} row groups"
-    said = [f"{label} ({m['weights']}) peaks at {m['peak_gb']:.2f} GB a worker against "
-            f"{d['peak_gb']:.2f} GB for data parallelism ({d['weights']}, "
-            f"{d['peak_gb'] / max(m['peak_gb'], 1e-12):.1f}x more)"]
+    ratio = d["peak_gb"] / max(m["peak_gb"], 1e-12)
+    than = (f"{ratio:.1f}x less than" if ratio >= 1.1 else
+            f"{1 / ratio:.1f}x more than" if ratio <= 1 / 1.1 else "about as much as")
+    said = [f"{label} ({m['weights']}) peaks at {m['peak_gb']:.2f} GB a worker, {than} "
+            f"data parallelism ({d['weights']}, {d['peak_gb']:.2f} GB)"]
     if pd.notna(m["read_share"]):
         said.append(f"reads {m['read_share']:.2f} of the store a worker")
     said.append(f"and moves {m['gb_moved']:.2f} GB between workers, finishing in "

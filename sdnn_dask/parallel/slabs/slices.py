@@ -40,6 +40,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -72,6 +73,8 @@ ROUTES_FILE = "routes.npy"
 INDEX_COLUMNS = ("columns_start", "nnz", "indptr_start", "row_nnz", "values_start",
                  "value_bits", "take_start")
 _FIXED = len(INDEX_COLUMNS)
+#: A thread that has not asked a streamed part for a layer this long no longer holds any.
+CURSOR_SECONDS = 30.0
 Progress = Callable[[int, int], None]
 
 
@@ -414,6 +417,7 @@ class _Layers(Sequence):
         self._window = max(1, window)
         self._positions: OrderedDict[int, np.ndarray] = OrderedDict()
         self._held: dict[int, LayerPlan | Future] = {}
+        self._cursors: dict[int, tuple[int, float]] = {}  # thread -> (layer, when)
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="sdnn-slices") if streamed \
             else None
@@ -455,14 +459,24 @@ class _Layers(Sequence):
                 self._held[layer] = self._load(layer)
             return self._held[layer]
         with self._lock:
+            # where every thread reading these layers is (the hybrid's row groups run one
+            # part in one process, each at its own layer): keep what any of them still
+            # needs, so they share each load rather than evict each other's
+            now = time.monotonic()
+            self._cursors[threading.get_ident()] = (layer, now)
+            for thread, (_, seen) in list(self._cursors.items()):
+                if now - seen > CURSOR_SECONDS:
+                    del self._cursors[thread]  # a run that ended, or was abandoned
+            at = [x for x, _ in self._cursors.values()]
             held = self._held.get(layer)
             if held is None:
                 held = self._held[layer] = self._pool.submit(self._load, layer)
             for ahead in range(layer + 1, min(n, layer + self._window) + 1):
                 if ahead not in self._held:
                     self._held[ahead] = self._pool.submit(self._load, ahead)
-            for old in [x for x in self._held if x < layer - 1 or x > layer + self._window]:
-                del self._held[old]  # passed (or far ahead after a jump back)
+            for old in [x for x in self._held
+                        if not any(c - 1 <= x <= c + self._window for c in at)]:
+                del self._held[old]  # passed by every reader (or far ahead of them)
         plan = held.result() if isinstance(held, Future) else held
         return plan
 
