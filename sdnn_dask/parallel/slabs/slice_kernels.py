@@ -11,45 +11,6 @@ import numpy as np
 
 
 @numba.njit(nogil=True, cache=True)
-def transpose_csr(indptr, indices, n_columns):  # pragma: no cover - compiled
-    """``(indptr, indices)`` of the transpose of a CSR pattern (int64 pointers, int32
-    indices, each row's indices increasing: rows are visited in order)."""
-    n_rows = indptr.shape[0] - 1
-    nnz = indptr[n_rows]
-    out_ptr = np.zeros(n_columns + 1, np.int64)
-    for p in range(nnz):
-        out_ptr[indices[p] + 1] += 1
-    for j in range(n_columns):
-        out_ptr[j + 1] += out_ptr[j]
-    cursor = out_ptr[:-1].copy()
-    out_idx = np.empty(nnz, np.int32)
-    for i in range(n_rows):
-        for p in range(indptr[i], indptr[i + 1]):
-            j = indices[p]
-            out_idx[cursor[j]] = i
-            cursor[j] += 1
-    return out_ptr, out_idx
-
-
-@numba.njit(nogil=True, cache=True)
-def transpose_values(indptr, indices, data, n_columns):  # pragma: no cover - compiled
-    """The values of the transpose of a CSR matrix, in the transpose's order."""
-    n_rows = indptr.shape[0] - 1
-    cursor = np.zeros(n_columns + 1, np.int64)
-    for p in range(indptr[n_rows]):
-        cursor[indices[p] + 1] += 1
-    for j in range(n_columns):
-        cursor[j + 1] += cursor[j]
-    out = np.empty(indptr[n_rows], data.dtype)
-    for i in range(n_rows):
-        for p in range(indptr[i], indptr[i + 1]):
-            j = indices[p]
-            out[cursor[j]] = data[p]
-            cursor[j] += 1
-    return out
-
-
-@numba.njit(nogil=True, cache=True)
 def gather_rows(indptr, indices, rows):  # pragma: no cover - compiled
     """``(indptr, indices)`` of the rows ``rows`` of a CSR pattern, in that order."""
     out_ptr = np.zeros(rows.shape[0] + 1, np.int64)

@@ -52,17 +52,11 @@ import pandas as pd
 import scipy.sparse as sp
 
 from ... import config
-from ...core.csr import pattern_order
+from ...core.csr import pattern_order, transpose
 from ...data.streaming import StreamedNetwork
 from ...partition.neurons import NeuronPartition
 from .plans import LayerPlan, PartPlan
-from .slice_kernels import (
-    gather_rows,
-    needed_of,
-    part_layer_csr,
-    transpose_csr,
-    transpose_values,
-)
+from .slice_kernels import gather_rows, needed_of, part_layer_csr
 
 FORMAT = "sdnn-part-slices"
 VERSION = 1
@@ -174,11 +168,10 @@ def _write_slices(tmp: Path, network: StreamedNetwork, partition: NeuronPartitio
     volume = []
     try:
         for layer, w in enumerate(network.layers, start=1):
-            indptr = np.asarray(w.indptr, dtype=np.int64)
-            wt_ptr, wt_idx = transpose_csr(indptr, w.indices, n)
-            bits = np.asarray(w.data).view(np.uint32)
+            wt = transpose(w)  # the compiled one-pass transpose the streamed kernel had
+            wt_ptr, wt_idx, wt_data = wt.indptr.astype(np.int64), wt.indices, wt.data
+            bits = wt_data.view(np.uint32)
             constant = bool(len(bits)) and bool((bits == bits[0]).all())
-            wt_data = None if constant else transpose_values(indptr, w.indices, w.data, n)
             owners_prev, owners = parts[layer - 1].astype(np.int64), parts[layer].astype(
                 np.int64)
             prev_pos = level_positions(owners_prev, k)
