@@ -344,10 +344,13 @@ class _PartFiles:
         level = level % self.n_levels
         return self.read("parts", level * self.n_neurons, self.n_neurons)
 
-    def layer_bytes(self, layer: int) -> int:
-        """Bytes of this part's files (and the partition's two levels) a layer reads."""
+    def layer_bytes(self, layer: int, n_own: int | None = None) -> int:
+        """Bytes of this part's files (and the partition's two levels) a layer reads
+        (``n_own``: the part's neurons of the layer's level, read from the partition if
+        not given)."""
         row = self.table[layer - 1]
-        own = int(np.count_nonzero(self.level(layer) == self.part))
+        own = int(np.count_nonzero(self.level(layer) == self.part)) if n_own is None \
+            else n_own
         total = (row[1] + row[_FIXED:].sum()) * self.index_dtype.itemsize
         total += (own + 1) * 8 if row[2] >= 0 else 0
         total += row[1] * 4 if row[4] >= 0 else 0
@@ -387,7 +390,7 @@ class _PartFiles:
         if p in put:
             take[p] = fetch[p]
         with self._lock:
-            self.bytes_read += self.layer_bytes(layer)
+            self.bytes_read += self.layer_bytes(layer, len(own))
         return LayerPlan(own=own, needed=needed, w=w, wt=wt,
                          order=pattern_order(wt), bias=np.ascontiguousarray(bias[own]),
                          put=put, take=take, fetch=fetch)
