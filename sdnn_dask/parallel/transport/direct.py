@@ -35,6 +35,7 @@ from typing import Any
 
 from distributed import Client, Future, wait
 
+from ... import config
 from ..faults import WorkerLostError, connected
 from ..slabs import PartPlan, Slab, part_layer_step, piece_for
 from .exchange import (
@@ -77,9 +78,25 @@ async def _connect_peers(dask_worker: Any, peers: list[str]) -> int:
     return await dask_worker.extensions[EXTENSION].connect_peers(peers)
 
 
-def connect_peers(client: Client, workers: list[str]) -> None:
-    """Open every worker pair's connection before the clock starts."""
+def _wire_address(dask_worker: Any) -> Any:
+    return dask_worker.extensions[EXTENSION].wire_address()
+
+
+def _know_wires(dask_worker: Any, table: dict[str, Any]) -> int:
+    return dask_worker.extensions[EXTENSION].know_wires(table)
+
+
+def connect_peers(client: Client, workers: list[str], *, wire: bool | None = None) -> None:
+    """Open every worker pair's connection before the clock starts; with ``wire``
+    (default ``sdnn.transport.wire``), start the workers' :class:`~.wire.Wire` and hand
+    out their addresses, so pieces between worker processes of a plain ``tcp://``
+    cluster go by it."""
     client.run(_connect_peers, peers=workers, workers=workers)
+    if wire is None:
+        wire = bool(config.get("transport.wire", True))
+    if wire and len(workers) > 1:
+        table = client.run(_wire_address, workers=workers)
+        client.run(_know_wires, table=table, workers=workers)
 
 
 def _abort(dask_worker: Any, token: str, strategy: str, lost: list[str], reason: str) -> bool:
@@ -186,6 +203,38 @@ def run_part(plan: PartPlan, slab: Slab, *, token: str, group: int, route: list[
     return {"slab": slab, "timing": timing, "messages": [tuple(r) for r in sent]}
 
 
+def check_run(client: Client, futures: list[Future], workers: set[str], *, token: str,
+              strategy: str, poll: float = POLL_SECONDS) -> bool:
+    """Raise if direct run ``token`` cannot finish; else whether its tasks are all done.
+
+    A worker of the run gone raises :exc:`WorkerLostError` naming it; a task that failed,
+    its own error; the run's tasks cancelled with no worker lost,
+    :exc:`~.exchange.RunAborted`.
+    """
+    lost = workers - connected(client)
+    if not lost and any(f.cancelled() for f in futures):
+        time.sleep(poll)  # a worker's loss may cancel first and report after
+        lost = workers - connected(client)
+        if not lost:
+            raise RunAborted(f"{strategy} run {token} was cancelled: its part tasks "
+                             "were cancelled with no worker lost")
+    if lost:
+        raise WorkerLostError(strategy, lost)
+    failed = [f for f in futures if f.status == "error"]
+    if failed:
+        failed[0].result()  # raises the part's own error
+    return all(f.done() for f in futures)
+
+
+def stop_run(client: Client, futures: list[Future], token: str, strategy: str,
+             error: BaseException) -> None:
+    """Abort run ``token`` on every worker (``error``'s lost workers named) and cancel
+    its tasks."""
+    lost = list(getattr(error, "lost", []))
+    abort_run(client, token, strategy=strategy, lost=lost, reason=repr(error))
+    client.cancel(futures)
+
+
 def gather_direct(client: Client, futures: list[Future], workers: set[str], *, token: str,
                   strategy: str, poll: float = POLL_SECONDS) -> list[Any]:
     """Wait for a direct run's part tasks, stopping the whole run on any trouble.
@@ -193,7 +242,8 @@ def gather_direct(client: Client, futures: list[Future], workers: set[str], *, t
     A worker of the run leaving, a part failing, the run's tasks being cancelled, or the
     caller being interrupted (``KeyboardInterrupt``) aborts the run on every worker and
     cancels its tasks; then :exc:`WorkerLostError` (naming the lost workers), the part's
-    own error, :exc:`~.exchange.RunAborted` or the interruption is raised.
+    own error, :exc:`~.exchange.RunAborted` or the interruption is raised
+    (:func:`check_run`).
     """
     try:
         while True:
@@ -202,22 +252,9 @@ def gather_direct(client: Client, futures: list[Future], workers: set[str], *, t
                     wait(futures, timeout=poll)
             except (TimeoutError, CancelledError):
                 pass
-            lost = workers - connected(client)
-            if not lost and any(f.cancelled() for f in futures):
-                time.sleep(poll)  # a worker's loss may cancel first and report after
-                lost = workers - connected(client)
-                if not lost:
-                    raise RunAborted(f"{strategy} run {token} was cancelled: its part tasks "
-                                     "were cancelled with no worker lost")
-            if lost:
-                raise WorkerLostError(strategy, lost)
-            failed = [f for f in futures if f.status == "error"]
-            if failed:
-                failed[0].result()  # raises the part's own error
-            if all(f.done() for f in futures):
+            if check_run(client, futures, workers, token=token, strategy=strategy,
+                         poll=poll):
                 return client.gather(futures)
     except BaseException as error:
-        lost = list(getattr(error, "lost", []))
-        abort_run(client, token, strategy=strategy, lost=lost, reason=repr(error))
-        client.cancel(futures)
+        stop_run(client, futures, token, strategy, error)
         raise

@@ -15,6 +15,11 @@ a run that has already ended on this worker is dropped. Serialising (pickle prot
 arrays out of band) happens in the sending task's thread and deserialising in the
 receiving one, so both are timed there and the event loop only moves frames.
 
+A client can also file items in a run's boxes and wait for the run's tasks to reply,
+through the handler :data:`FEED_OP` (:mod:`.feed`): that is how a persistent loop (one
+task per slot for many steps) is fed its steps and hands back what each step measured,
+without a task per step.
+
 A run on a worker ends (and its state goes) when every part it hosts has left, or when
 it is aborted: by the client (:func:`abort_run`, when a worker was lost or the run was
 interrupted), or here when a peer's connection breaks mid-run, which makes every part of
@@ -32,17 +37,22 @@ from concurrent.futures import Future as ConcurrentFuture
 from typing import Any
 
 from distributed import WorkerPlugin
-from distributed.comm import connect
+from distributed.comm import connect, get_address_host
 from distributed.comm.core import CommClosedError
 from distributed.core import Status
-from distributed.protocol import Serialized, deserialize, serialize
+from distributed.protocol import Serialize, Serialized, deserialize, serialize, to_serialize
 
 from ..faults import WorkerLostError
+from .wire import Wire, WireAddress
 
 #: Key of the exchange in ``Worker.extensions``, and the plugin's name.
 EXTENSION = "sdnn-exchange"
 #: The handler a peer's connection opens with; every later message on it is a piece.
 STREAM_OP = "sdnn_exchange_stream"
+#: The handler a client calls to feed a run's tasks here and wait for their replies.
+FEED_OP = "sdnn_exchange_feed"
+#: The source of what the client files in a run's boxes (parts are numbered from 0).
+CLIENT = -1
 #: Run tokens remembered after their run ended here, so late pieces are dropped.
 CLOSED_TOKENS = 4096
 
@@ -66,6 +76,8 @@ def unpack(payload: Any) -> Any:
     """The object a message carried (already an object on an in-process comm)."""
     if isinstance(payload, Arrived):
         payload = payload.payload
+    if isinstance(payload, Serialize):  # wrapped for a comm that kept it (in process)
+        payload = payload.data
     if isinstance(payload, Serialized):
         return deserialize(payload.header, payload.frames)
     return payload
@@ -95,6 +107,9 @@ class _Run:
         self.left = 0
         self.peers: set[str] = set()
         self.strategy = "model"
+        #: called (under ``cond``) whenever a box is filled or the run fails: the feed
+        #: handler's wake-ups on the event loop
+        self.watchers: list[Any] = []
 
     def put(self, group: int, layer: int, parts: Iterable[int], source: int,
             payload: Any) -> None:
@@ -102,12 +117,16 @@ class _Run:
             for p in parts:
                 self.boxes.setdefault((group, layer, p), {})[source] = payload
             self.cond.notify_all()
+            for wake in self.watchers:
+                wake()
 
     def fail(self, error: BaseException) -> None:
         with self.cond:
             if self.error is None:
                 self.error = error
             self.cond.notify_all()
+            for wake in self.watchers:
+                wake()
 
 
 class PieceExchange(WorkerPlugin):
@@ -126,7 +145,9 @@ class PieceExchange(WorkerPlugin):
         self._closed: deque[str] = deque(maxlen=CLOSED_TOKENS)
         self._closed_set: set[str] = set()
         self._peers: dict[str, _Peer] = {}
+        self.wire: Wire | None = None
         worker.handlers[STREAM_OP] = self._serve
+        worker.handlers[FEED_OP] = self._feed
         worker.extensions[EXTENSION] = self
         with _IN_PROCESS_LOCK:
             _IN_PROCESS[worker.address] = self
@@ -136,7 +157,10 @@ class PieceExchange(WorkerPlugin):
             run.fail(RunAborted("the worker's exchange was torn down"))
         for peer in self._peers.values():
             peer.abort()
+        if self.wire is not None:
+            self.wire.close()
         worker.handlers.pop(STREAM_OP, None)
+        worker.handlers.pop(FEED_OP, None)
         worker.extensions.pop(EXTENSION, None)
         with _IN_PROCESS_LOCK:
             if _IN_PROCESS.get(worker.address) is self:
@@ -227,7 +251,79 @@ class PieceExchange(WorkerPlugin):
             run.put(msg["group"], msg["layer"], msg["parts"], msg["source"],
                     Arrived(msg["payload"], msg.get("sent", 0.0), arrived))
 
+    async def _feed(self, comm: Any, token: str, items: list[Any], replies: list[Any]
+                    ) -> dict[str, Any]:
+        """Handler of a client's feed (:func:`.feed.feed_run`): file ``items``, each
+        ``(group, layer, part, payload)``, in run ``token``'s boxes from :data:`CLIENT`,
+        then wait until every box of ``replies`` (each ``(group, layer, part)``) holds the
+        part's own reply, and return them in that order.
+
+        Returns ``{"status": "ok", "replies": [...]}``, or ``"closed"`` (the run has
+        already ended here) or ``"failed"`` with ``error``, the run's error as text (the
+        client learns the details from the failed task itself)."""
+        run = self._run(token)
+        if run is None:
+            return {"status": "closed", "error": f"run {token} has already ended on "
+                                                 f"{self.worker.address}"}
+        loop = asyncio.get_running_loop()
+        event = asyncio.Event()
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(event.set)
+
+        with run.cond:
+            run.watchers.append(wake)
+        try:
+            for group, layer, part, payload in items:
+                run.put(group, layer, [part], CLIENT, unpack(payload))
+            wanted = [tuple(key) for key in replies]
+            got: dict[tuple, Any] = {}
+            while True:
+                event.clear()  # before looking: a reply filed from now on sets it again
+                with run.cond:
+                    if run.error is not None:
+                        return {"status": "failed", "error": repr(run.error)}
+                    for key in wanted:
+                        box = run.boxes.get(key)
+                        if key not in got and box and key[2] in box:
+                            got[key] = run.boxes.pop(key)[key[2]]
+                if len(got) == len(wanted):
+                    return {"status": "ok",
+                            "replies": [to_serialize(got[key]) for key in wanted]}
+                await event.wait()
+        finally:
+            with run.cond:
+                run.watchers.remove(wake)
+
+    # -- the wire ---------------------------------------------------------------------
+
+    def wire_address(self) -> WireAddress | None:
+        """This worker's :class:`~.wire.Wire` (started on the first call) as its peers
+        reach it; None on a cluster that is not plain ``tcp://`` (TLS, in process)."""
+        if not self.worker.address.startswith("tcp://"):
+            return None
+        with self._lock:
+            if self.wire is None:
+                self.wire = Wire(get_address_host(self.worker.address), self.worker.address,
+                                 deliver=lambda msg: self._file(msg, time.time()),
+                                 lost=self._peer_lost)
+            return self.wire.address
+
+    def know_wires(self, table: dict[str, WireAddress | None]) -> int:
+        """Send pieces by the wire to the workers of ``table`` that have one."""
+        if self.wire is None:
+            return 0
+        peers = {a: w for a, w in table.items() if w is not None}
+        self.wire.know(peers)
+        return len(peers)
+
     # -- sending ----------------------------------------------------------------------
+
+    def writes_at_once(self, address: str) -> bool:
+        """Whether :meth:`send` to ``address`` is done with the message when it returns
+        (by the wire; a comm's or an in-process peer's message still reads its arrays
+        after)."""
+        return self.wire is not None and self.wire.reaches(address)
 
     def send(self, address: str, msg: dict[str, Any]) -> ConcurrentFuture:
         """Queue ``msg`` to the worker at ``address`` (thread-safe, returns at once).
@@ -235,7 +331,15 @@ class PieceExchange(WorkerPlugin):
         The future's result is the bytes written on the wire; its exception a
         :exc:`WorkerLostError` naming ``address`` if the connection failed. A worker in
         this process (a threaded cluster) gets the message filed in its mailbox at once,
-        by this thread: no event loop, no wire (0 bytes written)."""
+        by this thread: no event loop, no wire (0 bytes written). A worker this one
+        reaches by its :class:`~.wire.Wire` gets it written by this thread there (the
+        future is done when this returns).
+
+        ``msg["payload"]`` is what :func:`pack` made of the object sent, or, with
+        ``msg["packed"]`` False, the object itself: packed here unless the wire takes it
+        as it is (pickled with its arrays out of band, not copied)."""
+        if not msg.get("packed", True) and not self.writes_at_once(address):
+            msg = dict(msg, payload=pack(msg["payload"])[0], packed=True)
         with _IN_PROCESS_LOCK:
             peer_here = _IN_PROCESS.get(address)
         if peer_here is not None and peer_here is not self:
@@ -243,6 +347,14 @@ class PieceExchange(WorkerPlugin):
             done: ConcurrentFuture = ConcurrentFuture()
             done.set_result(0)
             return done
+        if self.wire is not None and self.wire.reaches(address):
+            sent: ConcurrentFuture = ConcurrentFuture()
+            try:  # written by this thread, no event loop between
+                sent.set_result(self.wire.send(address, msg))
+            except OSError as error:
+                sent.set_exception(WorkerLostError("model", [address],
+                                                   f" (sending to it failed: {error})"))
+            return sent
         with self._lock:
             peer = self._peers.get(address)
             if peer is None:

@@ -1,0 +1,206 @@
+"""The exchange's short way between worker processes: plain sockets, no event loop.
+
+A piece sent over a worker's comm goes from the sending thread to its event loop, through
+``distributed``'s framing, to the receiver's event loop and on to the waiting thread:
+about 1 ms one way here for a few bytes (2.1 ms a round trip, 3.5 ms for 600 kB), when a
+blocking socket written by the sending thread and read by a thread of the receiver's
+takes 0.09 ms a round trip (1.0 ms for 600 kB). Training steps exchange hundreds of
+pieces in sequence, so :class:`Wire` gives each worker process:
+
+* a listening socket on the worker's own host (port chosen by the system), with a thread
+  that accepts connections and one reader thread per connection, which files every piece
+  in the exchange's mailbox as it arrives;
+* one outgoing socket per peer, written by the sending thread itself (``sendall``, under
+  a lock per peer; the reader at the other end always drains it, so a send never waits
+  on the receiver's compute).
+
+Only for plain ``tcp://`` clusters (a TLS cluster's pieces keep to its comms, which carry
+its credentials), and only between workers whose wire addresses the client has handed
+out (:func:`~.direct.connect_peers`): anything else goes the comm's way. A connection
+opens with the listener's secret (random per worker, handed out with its address); a
+connection that does not is closed unread. A connection that breaks tells the exchange
+its peer is lost, as a broken comm does.
+
+Frames: a fixed prefix (magic, header length, buffer count), the buffer lengths, the
+header (the message pickled, its payload's frames left out of band) and the buffers.
+"""
+
+from __future__ import annotations
+
+import hmac
+import pickle
+import secrets
+import socket
+import struct
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from distributed.protocol import Serialized
+
+#: A frame's prefix: magic, header bytes, buffers.
+PREFIX = struct.Struct("!4sQI")
+MAGIC = b"SDNW"
+LENGTH = struct.Struct("!Q")
+
+#: Where a wire listens and the secret it wants: (host, port, secret as hex).
+WireAddress = tuple[str, int, str]
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytearray:
+    """``n`` bytes from ``sock`` into a buffer of their own (``ConnectionError`` at EOF)."""
+    out = bytearray(n)
+    view = memoryview(out)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:])
+        if k == 0:
+            raise ConnectionError("the connection closed")
+        got += k
+    return out
+
+
+def _frames(msg: dict[str, Any]) -> list[Any]:
+    """A message as the buffers of one frame: a Serialized payload's frames travel as
+    they are (not copied); everything else is pickled, arrays out of band."""
+    payload = msg.get("payload")
+    buffers: list[Any] = []
+    if isinstance(payload, Serialized):
+        head = dict(msg, payload=None, serialized=payload.header)
+        buffers = [memoryview(f).cast("B") for f in payload.frames]
+        header = pickle.dumps(head, protocol=5)
+    else:
+        header = pickle.dumps(msg, protocol=5,
+                              buffer_callback=lambda b: buffers.append(b.raw()))
+    lengths = b"".join(LENGTH.pack(b.nbytes) for b in buffers)
+    return [PREFIX.pack(MAGIC, len(header), len(buffers)) + lengths + header, *buffers]
+
+
+def read_frame(sock: socket.socket) -> dict[str, Any]:
+    """One message from ``sock`` (the inverse of :func:`_frames`)."""
+    magic, header_bytes, n = PREFIX.unpack(_recv_exactly(sock, PREFIX.size))
+    if magic != MAGIC:
+        raise ConnectionError("not an sdnn wire frame")
+    raw = _recv_exactly(sock, LENGTH.size * n)
+    lengths = [LENGTH.unpack_from(raw, LENGTH.size * i)[0] for i in range(n)]
+    header = _recv_exactly(sock, header_bytes)
+    buffers = [_recv_exactly(sock, k) for k in lengths]
+    msg = pickle.loads(header, buffers=buffers)
+    if "serialized" in msg:  # a Serialized payload: its frames were the buffers
+        msg["payload"] = Serialized(msg.pop("serialized"), buffers)
+    return msg
+
+
+class Wire:
+    """One worker process's wire (see the module docstring).
+
+    Parameters
+    ----------
+    host
+        The host to listen on (the worker's own).
+    here
+        The worker's address (it says who it is on the connections it opens).
+    deliver
+        ``deliver(msg)``: file a message that arrived.
+    lost
+        ``lost(address)``: the connection from that worker broke.
+    """
+
+    def __init__(self, host: str, here: str, deliver: Callable[[dict[str, Any]], None],
+                 lost: Callable[[str], None]):
+        self.here, self._deliver, self._lost = here, deliver, lost
+        self.secret = secrets.token_hex(16)
+        self._listener = socket.create_server((host, 0))
+        self.address: WireAddress = (host, self._listener.getsockname()[1], self.secret)
+        self._peers: dict[str, WireAddress] = {}
+        self._out: dict[str, tuple[socket.socket, threading.Lock]] = {}
+        self._lock = threading.Lock()
+        self._closing = False
+        self._accepted: list[socket.socket] = []
+        threading.Thread(target=self._accept, name="sdnn-wire-accept", daemon=True).start()
+
+    def know(self, peers: dict[str, WireAddress]) -> None:
+        """Learn the peers' wire addresses (worker address -> (host, port, secret))."""
+        with self._lock:
+            self._peers.update({a: tuple(w) for a, w in peers.items() if a != self.here})
+
+    def reaches(self, address: str) -> bool:
+        """Whether pieces for ``address`` can go this way."""
+        return address in self._peers and not self._closing
+
+    # -- sending ----------------------------------------------------------------------
+
+    def _connection(self, address: str) -> tuple[socket.socket, threading.Lock]:
+        with self._lock:
+            found = self._out.get(address)
+            if found is not None:
+                return found
+            host, port, secret = self._peers[address]
+        sock = socket.create_connection((host, port))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.sendall(b"".join(_frames({"hello": secret, "sender": self.here})))
+        with self._lock:
+            if address in self._out:  # another thread connected first
+                sock.close()
+                return self._out[address]
+            self._out[address] = (sock, threading.Lock())
+            return self._out[address]
+
+    def send(self, address: str, msg: dict[str, Any]) -> int:
+        """Write ``msg`` to ``address`` from this thread; the bytes written. Raises
+        ``OSError`` if the connection fails (then it is dropped)."""
+        sock, lock = self._connection(address)
+        frames = _frames(msg)
+        with lock:
+            try:
+                for frame in frames:
+                    sock.sendall(frame)
+            except OSError:
+                with self._lock:
+                    self._out.pop(address, None)
+                sock.close()
+                raise
+        return sum(memoryview(f).nbytes for f in frames)
+
+    # -- receiving --------------------------------------------------------------------
+
+    def _accept(self) -> None:
+        while not self._closing:
+            try:
+                sock, _ = self._listener.accept()
+            except OSError:
+                return
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._accepted.append(sock)
+            threading.Thread(target=self._read, args=(sock,), name="sdnn-wire-read",
+                             daemon=True).start()
+
+    def _read(self, sock: socket.socket) -> None:
+        sender = None
+        try:
+            hello = read_frame(sock)
+            if not hmac.compare_digest(str(hello.get("hello", "")), self.secret):
+                return  # not one of ours: closed unread
+            sender = hello.get("sender")
+            while True:
+                self._deliver(read_frame(sock))
+        except (OSError, ConnectionError, EOFError, pickle.UnpicklingError):
+            if sender is not None and not self._closing:
+                self._lost(sender)
+        finally:
+            sock.close()
+
+    def close(self) -> None:
+        """Stop listening and close every connection."""
+        self._closing = True
+        self._listener.close()
+        with self._lock:
+            out, self._out = list(self._out.values()), {}
+        for sock, _ in out:
+            sock.close()
+        for sock in self._accepted:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
