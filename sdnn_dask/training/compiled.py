@@ -26,6 +26,7 @@ a part of a layer (model parallelism) can run them on its slice. No Dask here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numba
@@ -427,7 +428,8 @@ def forward(model: SparseModel, x: np.ndarray | sp.spmatrix | sp.sparray,
 
 
 def backward(model: SparseModel, cache: CompiledCache, labels: np.ndarray,
-             out: np.ndarray | None = None) -> tuple[float, Gradients]:
+             out: np.ndarray | None = None,
+             ready: Callable[[int], None] | None = None) -> tuple[float, Gradients]:
     """The mean softmax cross-entropy of ``cache``'s rows and its gradient (float32).
 
     Parameters
@@ -436,6 +438,10 @@ def backward(model: SparseModel, cache: CompiledCache, labels: np.ndarray,
         Optional float32 vector of every parameter's size end to end (the order of
         :meth:`SparseModel.parameters`): the gradients are written into it and returned
         as views of it (data parallelism then reduces it as it is, without a copy).
+    ready
+        With ``out``: called with ``k`` as soon as layer ``k``'s weight gradient is final
+        in ``out`` (from the top layer down), so it can be sent while the layers below
+        are computed; the biases and readout are final when this returns.
 
     Returns
     -------
@@ -473,6 +479,8 @@ def backward(model: SparseModel, cache: CompiledCache, labels: np.ndarray,
             g = sampled_gradient_t(tiles[k], dt, w, layout.order_bwd[k],
                                    grad=None if views is None else views[k])
         dws.append(g)
+        if ready is not None and views is not None:
+            ready(k)
     if views is not None:  # the biases' (small) into the vector too
         n = model.n_layers
         for k, db_k in enumerate(dbs[::-1]):

@@ -31,12 +31,13 @@ import scipy.sparse as sp
 from distributed import Client, wait
 
 from ..parallel.allocator import tune_allocator
-from ..parallel.transport.direct import connect_peers, ensure_exchange, gather_direct
-from .direct import TRANSPORTS, chunks, run_slot
+from ..parallel.transport.direct import connect_peers, ensure_exchange
+from .direct import TRANSPORTS, chunks
 from .loop import BACKENDS, gradients
 from .model import Gradients, SparseModel
 from .optim import check_settings
-from .replicas import drop_replica, held, place_replica
+from .persistent import PersistentLoop, step_seconds, timing_fields
+from .replicas import drop_replica, held, hold_rows, place_replica
 
 __all__ = ["TRANSPORTS", "DataParallelTrainer", "StepResult"]
 
@@ -90,7 +91,17 @@ class StepResult:
     bytes_moved
         Gradient bytes moved between workers (reduction and broadcast).
     bytes_rows
-        Bytes of the batch's rows sent to the workers.
+        Bytes of the batch's rows sent to the workers (of their ids, when the workers
+        hold the rows).
+    transport
+        ``"graph"`` or ``"direct"``.
+    wait_seconds
+        The longest a worker waited for the others' gradient pieces (direct transport).
+    compute_seconds
+        The slowest worker's compute: forward, backward and update (direct transport).
+    slots
+        Per worker, what its step measured (:func:`~.direct.run_slot`'s records: the
+        seconds of :data:`~.direct.TIMING_KEYS`, bytes; direct transport).
     """
 
     loss: float
@@ -99,6 +110,13 @@ class StepResult:
     bytes_rows: int
     transport: str = "graph"
     wait_seconds: float = 0.0
+    compute_seconds: float = 0.0
+    slots: tuple = ()
+
+    @property
+    def overhead_seconds(self) -> float:
+        """The step's seconds beyond the slowest worker's compute."""
+        return self.seconds - self.compute_seconds
 
 
 class DataParallelTrainer:
@@ -150,7 +168,8 @@ class DataParallelTrainer:
                   for w in self.workers]
         client.gather(placed)
         client.cancel(shared)  # each worker has made its own copy
-        self._steps = 0
+        self._loop: PersistentLoop | None = None
+        self._held: tuple[Any, np.ndarray] | None = None
         if transport == "direct":
             ensure_exchange(client)
             connect_peers(client, self.workers)
@@ -203,30 +222,70 @@ class DataParallelTrainer:
         seconds = time.perf_counter() - start
         return StepResult(float(losses[0]), seconds, moved, sent)
 
+    def _persistent(self) -> PersistentLoop:
+        """The slots' loop, started on the first direct step (again after a failure)."""
+        if self._loop is None or self._loop.closed:
+            self._loop = PersistentLoop(self.client, name=self.id,
+                                        keys=[self.id] * self.n_workers,
+                                        route=[[w] for w in self.workers], strategy="data",
+                                        whole=True, backend=self.backend)
+        return self._loop
+
     def _step_direct(self, x: Any, labels: np.ndarray, rows: int) -> StepResult:
-        """Every worker's block in one task each, the gradient all-reduced between them."""
-        workers = self.workers
-        token = f"{self.id}-step{self._steps}"
-        self._steps += 1
-        bounds = chunks(rows, len(workers))
-        route = [[w] for w in workers]
+        """Every worker's block through its slot's loop, the gradient all-reduced."""
+        bounds = chunks(rows, self.n_workers)
         start = time.perf_counter()
-        futures, sent = [], 0
-        for g, w in enumerate(workers):
+        items, sent = [], 0
+        for g in range(self.n_workers):
             lo, hi = int(bounds[g]), int(bounds[g + 1])
             block, block_labels = x[lo:hi], labels[lo:hi]
             sent += _nbytes(block) + block_labels.nbytes
-            futures.append(self.client.submit(
-                run_slot, self.id, token, g, 0, len(workers), 1, route, 1, block,
-                block_labels, (hi - lo) / rows, whole=True, backend=self.backend,
-                key=f"{token}-g{g}", workers=[w], allow_other_workers=False, pure=False))
-        done = gather_direct(self.client, futures, set(workers), token=token,
-                             strategy="data")
-        seconds = time.perf_counter() - start
+            items.append([{"x": block, "labels": block_labels, "share": (hi - lo) / rows}])
+        [records] = self._persistent().run([items])
+        return self._result(records, time.perf_counter() - start, sent)
+
+    @staticmethod
+    def _result(records: list[list[dict]], seconds: float, sent: int) -> StepResult:
+        done = [r for row in records for r in row]
         return StepResult(float(sum(d["loss"] for d in done)), seconds,
                           int(sum(d["moved"]["gradient"] for d in done)), sent,
-                          transport="direct",
-                          wait_seconds=float(max(d["wait_s"] for d in done)))
+                          transport="direct", **timing_fields(done))
+
+    def hold(self, x: np.ndarray | sp.spmatrix, labels: np.ndarray) -> None:
+        """Keep the training rows ``x`` and their ``labels`` on every worker, so that
+        :meth:`steps` sends only row ids (on the graph transport, here only)."""
+        labels = np.asarray(labels)
+        if x.shape[0] != len(labels):
+            raise ValueError(f"{x.shape[0]} rows and {len(labels)} labels")
+        self._held = (x, labels)
+        if self.transport == "direct":
+            shared = self.client.scatter(x, workers=self.workers, broadcast=True,
+                                         hash=False)
+            self.client.gather([self.client.submit(
+                hold_rows, self.id, 0, shared, labels, workers=[w],
+                allow_other_workers=False, pure=False) for w in self.workers])
+            self.client.cancel(shared)
+
+    def steps(self, batches: list[np.ndarray]) -> list[StepResult]:
+        """One step per array of row ids into the rows :meth:`hold` placed, in order; on
+        the direct transport all of them in one feed of the slots' loop."""
+        if self._held is None:
+            raise RuntimeError("hold() the training rows before steps()")
+        x, labels = self._held
+        if self.transport != "direct":
+            return [self.step(x[idx], labels[idx]) for idx in batches]
+        items = []
+        for idx in batches:
+            idx = np.asarray(idx, np.int64)
+            if len(idx) < 1:
+                raise ValueError("a batch needs rows")
+            bounds = chunks(len(idx), self.n_workers)
+            items.append([[{"rows": idx[bounds[g]:bounds[g + 1]],
+                            "share": (bounds[g + 1] - bounds[g]) / len(idx)}]
+                          for g in range(self.n_workers)])
+        records = self._persistent().run(items)
+        return [self._result(step, step_seconds(step), int(idx.nbytes))
+                for step, idx in zip(records, batches, strict=True)]
 
     def model(self, worker: int = 0) -> SparseModel:
         """A copy of the model as worker ``worker`` holds it now."""
@@ -235,7 +294,10 @@ class DataParallelTrainer:
         return held.copy()  # never the worker's own object (a threaded cluster shares it)
 
     def close(self) -> None:
-        """Drop the model copies from the workers."""
+        """Stop the slots' loop and drop the model copies from the workers."""
+        if self._loop is not None:
+            loop, self._loop = self._loop, None
+            loop.close()
         self.client.gather([self.client.submit(drop_replica, self.id, workers=[w],
                                                allow_other_workers=False, pure=False)
                             for w in self.workers])

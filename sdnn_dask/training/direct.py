@@ -1,11 +1,15 @@
-"""The direct transport of parallel training: one long-running task per slot and step.
+"""The direct transport of parallel training: one long-running task per slot, many steps.
 
 A step of model-parallel, hybrid or data-parallel training is ``R x C`` slots: row group
 ``g`` (of ``R``) of the batch, run by the ``C`` parts of a neuron partition (``C = 1``:
-the whole model). Slot ``(g, c)`` is one task on its worker that secedes from the
-worker's thread pool and does the whole step itself, exchanging what it must with the
-other slots worker to worker through the inference's
-:class:`~sdnn_dask.parallel.transport.exchange.PieceExchange` (no scheduler in the loop):
+the whole model). Slot ``(g, c)`` is one task on its worker (:func:`run_slot`) that
+secedes from the worker's thread pool and runs step after step for as long as its
+trainer feeds it (a persistent loop, :mod:`.persistent`): it waits for the client's next
+feed in its box (one step or many, each the group's rows or their ids in rows held on
+the worker), runs them, and replies with what each step measured; a feed of ``None``
+ends it. Within a step it exchanges what it must with the other slots worker to worker
+through the inference's :class:`~sdnn_dask.parallel.transport.exchange.PieceExchange`
+(no scheduler in the loop):
 
 1. forward, layer by layer: it cuts for every part of its group that reads its level
    ``l-1`` columns in layer ``l`` exactly those columns, sends them, waits for the
@@ -33,11 +37,19 @@ own comm. Bytes are counted as the float32 arrays' ``nbytes``, cross-worker and
 same-worker apart, per phase.
 
 Messages are filed by (run token, key group, layer, destination part); the key group is
-``8 g + phase`` with the phases below, so one step's phases and groups never mix.
+``8 (s R + g) + phase`` for step ``s`` of the loop with the phases below, so steps,
+phases and groups never mix; the client's feeds and the slots' replies are filed under
+``8 g + FEED`` and ``8 g + REPLY`` by feed number.
+
+Each step's reply says, per slot, where its time went (:data:`TIMING_KEYS`): computing
+forward, backward and the update (the waits and sends inside them not counted), waiting
+for pieces, sending them, and the all-reduce of the gradient across row groups (its
+waits and sends included).
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any
 
@@ -46,8 +58,8 @@ import numpy as np
 from ..core.kernels import ROW_TILE, dense_step
 from ..parallel.transport.direct import PIECE_TIMEOUT, POLL_SECONDS
 from ..parallel.transport.exchange import (
+    CLIENT,
     PieceExchange,
-    pack,
     unpack,
     wait_pieces,
 )
@@ -64,60 +76,103 @@ from .loop import gradients
 from .losses import softmax_cross_entropy
 from .model import Gradients, flatten, unflatten
 from .parts import PARTS, apply_update, sum_plan
-from .replicas import held
+from .replicas import held, held_rows
 
 #: The transports of the trainers; the first is the default.
 TRANSPORTS = ("direct", "graph")
 
-#: Phases of a step (the low 3 bits of a message's key group).
-FORWARD, LOGITS, DLOGITS, BACKWARD, REDUCE, GATHER = range(6)
+#: Phases of a step (the low 3 bits of a message's key group); the client's feeds and
+#: the slots' replies have phases of their own.
+FORWARD, LOGITS, DLOGITS, BACKWARD, REDUCE, GATHER, FEED, REPLY = range(8)
 
 #: The byte counters a slot returns: per phase, cross-worker and same-worker.
 BYTE_KEYS = ("forward", "backward", "readout", "gradient")
+
+#: Where a slot's step time goes, in seconds (each step's reply has them all).
+TIMING_KEYS = ("forward_s", "backward_s", "update_s", "wait_s", "send_s", "allreduce_s")
+
+#: How long an idle loop waits for its next feed: for ever (a cancelled task, or a client
+#: gone, still stops it within a poll).
+FEED_TIMEOUT = float("inf")
 
 
 class _Slot:
     """What one slot's task needs of the exchange: where its peers are, and the sends."""
 
     def __init__(self, exchange: PieceExchange, run: Any, token: str, group: int, part: int,
-                 route: list[list[str]], alive: Any, timeout: float, poll: float):
+                 groups: int, route: list[list[str]], alive: Any, timeout: float,
+                 poll: float):
         self.exchange, self.run, self.token = exchange, run, token
-        self.group, self.part, self.route = group, part, route
+        self.group, self.part, self.groups, self.route = group, part, groups, route
         self.here = exchange.worker.address
         self.alive, self.timeout, self.poll = alive, timeout, poll
+        self.step = 0
+        self.sent: list[Any] = []
+        self.checked = 0
+        self.begin_step(0)
+
+    def begin_step(self, step: int) -> None:
+        """Step ``step`` of the loop starts: its messages are keyed by it, counted anew."""
+        self.step = step
         self.moved = dict.fromkeys(BYTE_KEYS, 0)
         self.local = dict.fromkeys(BYTE_KEYS, 0)
         self.wait_s = 0.0
         self.send_s = 0.0
-        self.sent: list[Any] = []
-        self.checked = 0
+
+    def _key_group(self, group: int, phase: int) -> int:
+        return 8 * (self.step * self.groups + group) + phase
+
+    def next_feed(self, number: int) -> Any:
+        """Wait for the client's feed ``number`` (a list of steps, or None: stop)."""
+        got = wait_pieces(self.run, (8 * self.group + FEED, number, self.part), [CLIENT],
+                          alive=self.alive, poll=self.poll, timeout=FEED_TIMEOUT)
+        return unpack(got[CLIENT])
+
+    def reply(self, number: int, value: Any) -> None:
+        """Hand the client what feed ``number``'s steps measured (its feed call returns)."""
+        self.run.put(8 * self.group + REPLY, number, [self.part], self.part, value)
 
     def send(self, phase: int, counter: str, group: int, layer: int, part: int,
-             source: int, array: np.ndarray) -> None:
-        """File ``array`` in slot ``(group, part)``'s box for ``phase`` and ``layer``."""
+             source: int, array: np.ndarray, *, reused: bool = False) -> Any:
+        """File ``array`` in slot ``(group, part)``'s box for ``phase`` and ``layer``.
+
+        The array is not copied (a slot in this process gets the array itself, a message
+        to another worker reads it until written), so it must not change after; with
+        ``reused`` (the sender will write into it) a copy is sent, unless the exchange
+        has written it when this returns (its wire). The message's future is returned
+        (None in process)."""
         t0 = time.perf_counter()
         where = self.route[group][part]
-        key_group = 8 * group + phase
-        if where == self.here:  # same process: the array itself (never changed after)
+        key_group = self._key_group(group, phase)
+        future = None
+        if reused and (where == self.here or not self.exchange.writes_at_once(where)):
+            array = array.copy()
+        if where == self.here:  # same process: the array itself
             self.run.put(key_group, layer, [part], source, array)
             if (group, part) != (self.group, self.part):
                 self.local[counter] += array.nbytes
-        else:
-            payload, _ = pack(array)
+        else:  # packed by the exchange, unless its wire takes the array as it is
             msg = {"op": "piece", "token": self.token, "group": key_group, "layer": layer,
-                   "source": source, "parts": [part], "payload": payload,
+                   "source": source, "parts": [part], "payload": array, "packed": False,
                    "sent": time.time(), "reply": False}
-            self.sent.append(self.exchange.send(where, msg))
+            future = self.exchange.send(where, msg)
+            self.sent.append(future)
             self.moved[counter] += array.nbytes
         self.send_s += time.perf_counter() - t0
+        return future
 
     def receive(self, phase: int, layer: int, sources: list[int]) -> dict[int, np.ndarray]:
         """Wait for this slot's pieces of ``phase`` and ``layer`` from ``sources``."""
         t0 = time.perf_counter()
-        got = wait_pieces(self.run, (8 * self.group + phase, layer, self.part), sources,
-                          alive=self.alive, poll=self.poll, timeout=self.timeout)
+        got = wait_pieces(self.run, (self._key_group(self.group, phase), layer, self.part),
+                          sources, alive=self.alive, poll=self.poll, timeout=self.timeout)
         self.wait_s += time.perf_counter() - t0
         return {q: unpack(v) for q, v in got.items()}
+
+    def mark(self) -> float:
+        """Seconds so far minus those spent waiting and sending: differences of marks
+        are compute."""
+        return time.perf_counter() - self.wait_s - self.send_s
 
     def check_sends(self) -> None:
         """Raise if a send already failed (its future holds a WorkerLostError); each
@@ -145,8 +200,13 @@ def allreduce(slot: _Slot, groups: int, vector: np.ndarray) -> np.ndarray:
     vector, in group order, and sends the sum to the other groups' slots of part ``c``.
     Each chunk is summed once, so every group ends with the same bits; each slot sends
     and receives ``2 (R - 1) / R`` of a gradient (no slot receives more than that).
+    With two groups that is one gradient each way, which :func:`_pair_sum` sends in one
+    round instead of two (floating-point addition of two terms is commutative, so both
+    ends get ``v_0 + v_1`` to the bit, as the two rounds give).
     """
     me, part = slot.group, slot.part
+    if groups == 2:  # one round: the whole vector each way (the same bytes as two halves)
+        return _pair_sum(slot, vector, 0, vector.size, 0)
     bounds = chunks(vector.size, groups)
     others = [g for g in range(groups) if g != me]
     for g in others:
@@ -164,6 +224,47 @@ def allreduce(slot: _Slot, groups: int, vector: np.ndarray) -> np.ndarray:
     for g, piece in slot.receive(GATHER, 0, others).items():
         vector[bounds[g]:bounds[g + 1]] = piece
     return vector
+
+
+def _pair_sum(slot: _Slot, vector: np.ndarray, lo: int, hi: int, piece: int,
+              sent: bool = False) -> np.ndarray:
+    """``vector[lo:hi]`` plus the other group's, in place (two groups, one round): send
+    ours (a copy, unless already ``sent``), add theirs when it comes. ``piece`` numbers
+    the message."""
+    other = 1 - slot.group
+    if not sent:
+        slot.send(REDUCE, "gradient", other, piece, slot.part, slot.group,
+                         vector[lo:hi], reused=True)
+    theirs = slot.receive(REDUCE, piece, [other])[other]
+    vector[lo:hi] += theirs
+    return vector
+
+
+#: Bytes of gradient a data-parallel slot on two workers sends at once, as soon as
+#: its layers are computed (the last piece, with the biases and readout, may be smaller).
+BUCKET_BYTES = 1 << 16
+
+
+def gradient_buckets(model: Any, bucket_bytes: int = BUCKET_BYTES
+                     ) -> list[tuple[int, int, int]]:
+    """How the flat gradient (:meth:`~.model.SparseModel.parameters`' order) goes out in
+    pieces while the backward runs: ``(layer, lo, hi)``, sent once layer ``layer``'s
+    weight gradient is final (from the top down), each at least ``bucket_bytes``; then,
+    with ``layer`` -1 (sent when the backward is done), the weights of the layers left
+    and the biases and readout."""
+    params = model.parameters()
+    n = model.n_layers
+    ends = np.cumsum([p.size for p in params])
+    starts = ends - np.array([p.size for p in params])
+    out, hi, size = [], int(ends[n - 1]), 0
+    for k in range(n - 1, 0, -1):  # layer 0's goes with the rest
+        size += params[k].nbytes
+        if size >= bucket_bytes:
+            out.append((k, int(starts[k]), hi))
+            hi, size = int(starts[k]), 0
+    out.append((-1, 0, hi))
+    out.append((-1, int(ends[n - 1]), int(ends[-1])))
+    return out
 
 
 def _split(order: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -231,6 +332,7 @@ def _part_forward_backward(slot: _Slot, state: Any, x_t: np.ndarray, labels: np.
     """Steps 1-3 for a part's slices (``state``: a :class:`~.parts._Part`); its
     gradients are left on ``state``. Returns the group's scaled loss on part 0."""
     group, part, rows = slot.group, slot.part, x_t.shape[1]
+    started = slot.mark()
     layers = state.layers
     n_layers = len(layers)
     ws = _workspace(state, part, rows)
@@ -284,6 +386,8 @@ def _part_forward_backward(slot: _Slot, state: Any, x_t: np.ndarray, labels: np.
         slot.send(LOGITS, "readout", group, 0, 0, part, partial)
         dlogits = slot.receive(DLOGITS, 0, [0])[0]
     state.grad_r = top.outputs @ dlogits
+    forward_done = slot.mark()
+    slot.forward_s = forward_done - started
     above = None
     for layer in range(n_layers, 0, -1):
         sl = layers[layer - 1]
@@ -320,6 +424,7 @@ def _part_forward_backward(slot: _Slot, state: Any, x_t: np.ndarray, labels: np.
         sl.grad_w = grad
         above = sl
         slot.check_sends()
+    slot.backward_s = slot.mark() - forward_done
     return loss
 
 
@@ -342,11 +447,10 @@ def _set_part_gradients(state: Any, arrays: list[np.ndarray]) -> None:
 
 
 def run_slot(key: str, token: str, group: int, part: int, groups: int, parts: int,
-             route: list[list[str]], expected: int, x: np.ndarray, labels: np.ndarray,
-             share: float, *, whole: bool = False, backend: str = "compiled",
-             poll: float = POLL_SECONDS,
+             route: list[list[str]], expected: int, *, whole: bool = False,
+             backend: str = "compiled", poll: float = POLL_SECONDS,
              timeout: float = PIECE_TIMEOUT) -> dict[str, Any]:
-    """One slot's whole training step (a task on its worker; see the module docstring).
+    """One slot's persistent loop (a task on its worker; see the module docstring).
 
     Parameters
     ----------
@@ -355,53 +459,137 @@ def run_slot(key: str, token: str, group: int, part: int, groups: int, parts: in
         is ``(key, part)``) or, with ``whole``, a data-parallel copy's
         (:func:`~.replicas.held`).
     token
-        The step's run token (a new one every step).
+        The loop's run token.
     group, part, groups, parts
-        This slot and the shape of the step (``R`` groups of ``C`` parts).
+        This slot and the shape of a step (``R`` groups of ``C`` parts).
     route
         ``route[g][c]``: the worker of slot ``(g, c)``.
     expected
-        Slots of this step hosted on this worker.
-    x, labels
-        The group's input columns this part reads (``needed x rows``, float32) or, with
-        ``whole``, the group's rows; their class labels.
-    share
-        The group's rows over the batch's: its loss and gradient are scaled by it.
+        Slots of the loop hosted on this worker.
     whole
         The slot holds the whole model (data parallelism, ``parts == 1``): the serial
         kernels compute its gradient.
     backend
         With ``whole``: ``"compiled"`` or ``"reference"`` (:func:`~.loop.gradients`).
 
+    Each feed is a list of steps, each a dict: ``x`` (the group's input columns this part
+    reads, ``needed x rows`` float32, or with ``whole`` the group's rows) and ``labels``,
+    or ``rows`` (ids into the rows held here, :func:`~.replicas.hold_rows`); and
+    ``share``, the group's rows over the batch's (its loss and gradient are scaled by
+    it). Its reply is one record per step: ``loss`` (the group's scaled loss, on part 0;
+    else None), ``moved`` and ``local`` (bytes per :data:`BYTE_KEYS`), ``seconds`` (the
+    step here), ``started`` (``time.time()``) and :data:`TIMING_KEYS`.
+
     Returns
     -------
     dict
-        ``loss`` (the group's scaled loss, on part 0; else None), ``moved`` and
-        ``local`` (bytes per :data:`BYTE_KEYS`), ``seconds`` (the whole step here),
-        ``wait_s`` (waiting for pieces) and ``send_s`` (cutting, serialising and queueing
-        the pieces it sent).
+        ``steps``: the steps it ran.
     """
-    start = time.perf_counter()
     with joined_run(token, expected=expected, peers=sorted({w for row in route for w in row}),
                     strategy="training", label=f"slot ({group}, {part})",
-                    cancelled=f"training step {token}: slot ({group}, {part}) was cancelled",
+                    cancelled=f"training loop {token}: slot ({group}, {part}) was cancelled",
                     registered_by="the trainers register it") as joined:
-        slot = _Slot(joined.exchange, joined.run, token, group, part, route, joined.alive,
-                     timeout, poll)
-        if whole:
-            loss = _data_step(slot, key, groups, x, labels, share, backend)
-        else:
-            state = PARTS[(key, part)]
-            loss = _part_forward_backward(slot, state, x, labels, share, parts)
-            if groups > 1:
-                grads = _part_gradients(state)
-                _set_part_gradients(state, unflatten(allreduce(slot, groups, flatten(grads)),
-                                                     grads))
-            apply_update(state)
+        slot = _Slot(joined.exchange, joined.run, token, group, part, groups, route,
+                     joined.alive, timeout, poll)
+        steps = 0
+        for number in itertools.count():
+            feed = slot.next_feed(number)
+            if feed is None:
+                break
+            records = []
+            for item in feed:
+                slot.begin_step(steps)
+                records.append(_step(slot, key, item, groups, parts, whole, backend))
+                steps += 1
+            slot.reply(number, records)
         slot.flush()
-    return {"loss": loss, "moved": slot.moved, "local": slot.local,
-            "seconds": time.perf_counter() - start, "wait_s": slot.wait_s,
-            "send_s": slot.send_s}
+    return {"steps": steps}
+
+
+def _step(slot: _Slot, key: str, item: dict[str, Any], groups: int, parts: int,
+          whole: bool, backend: str) -> dict[str, Any]:
+    """One step of one slot: its inputs from ``item``, its record for the reply."""
+    started, t0 = time.time(), time.perf_counter()
+    share = float(item["share"])
+    x, labels = item.get("x"), item.get("labels")
+    if "rows" in item:
+        held_x, held_labels = held_rows(key, slot.part)
+        rows = item["rows"]
+        x = (np.ascontiguousarray(held_x[:, rows]) if not whole
+             else held_x[rows])
+        labels = held_labels[rows]
+    slot.forward_s = slot.backward_s = slot.update_s = slot.allreduce_s = 0.0
+    if whole:
+        loss = _data_step(slot, key, groups, x, labels, share, backend)
+    else:
+        state = PARTS[(key, slot.part)]
+        loss = _part_forward_backward(slot, state, x, labels, share, parts)
+        if groups > 1:
+            grads = _part_gradients(state)
+            _set_part_gradients(state, unflatten(_timed_allreduce(slot, groups,
+                                                                  flatten(grads)), grads))
+        u0 = time.perf_counter()
+        apply_update(state)
+        slot.update_s = time.perf_counter() - u0
+    return {"loss": loss, "moved": dict(slot.moved), "local": dict(slot.local),
+            "seconds": time.perf_counter() - t0, "started": started,
+            "rows": int(labels.shape[0]), "forward_s": slot.forward_s,
+            "backward_s": slot.backward_s, "update_s": slot.update_s,
+            "wait_s": slot.wait_s, "send_s": slot.send_s, "allreduce_s": slot.allreduce_s}
+
+
+def _timed_allreduce(slot: _Slot, groups: int, vector: np.ndarray) -> np.ndarray:
+    """:func:`allreduce`, its wall time in ``slot.allreduce_s``; its own waits and sends
+    are its time, not counted again in the slot's ``wait_s`` and ``send_s``."""
+    t0, waited, sent = time.perf_counter(), slot.wait_s, slot.send_s
+    out = allreduce(slot, groups, vector)
+    slot.allreduce_s = time.perf_counter() - t0
+    slot.wait_s, slot.send_s = waited, sent
+    return out
+
+
+def _overlapped_data_step(slot: _Slot, model: Any, optimizer: Any, cache: Any,
+                          labels: np.ndarray, share: float, vector: np.ndarray,
+                          t0: float, t1: float) -> float:
+    """A data-parallel slot of two: the backward sends each bucket of its (scaled)
+    gradient to the other slot as soon as its layers are done, so the exchange runs
+    under the layers below; then every bucket is summed with the other's, in place.
+    Without rows (``cache`` None: a batch smaller than the cluster) it sends zeros."""
+    buckets = gradient_buckets(model)
+    early = {layer: i for i, (layer, _, _) in enumerate(buckets) if layer >= 0}
+    scale = vector.dtype.type(share)
+    other, waited, sent_s = 1 - slot.group, slot.wait_s, slot.send_s
+
+    def send(i: int) -> None:
+        _, lo, hi = buckets[i]
+        if share != 1.0:
+            vector[lo:hi] *= scale
+        slot.send(REDUCE, "gradient", other, i, slot.part, slot.group,
+                               vector[lo:hi], reused=True)
+
+    if cache is None:
+        loss = 0.0
+        vector[...] = 0.0
+    else:
+        loss, _ = compiled.backward(model, cache, labels, out=vector,
+                                    ready=lambda k: send(early[k]) if k in early else None)
+    for i, (layer, _, _) in enumerate(buckets):
+        if layer < 0 or cache is None:
+            send(i)
+    t2 = time.perf_counter()
+    for i, (_, lo, hi) in enumerate(buckets):
+        _pair_sum(slot, vector, lo, hi, i, sent=True)
+    t3 = time.perf_counter()
+    # the sends inside the backward are the exchange's, not compute
+    inside = slot.send_s - sent_s
+    slot.forward_s, slot.backward_s = t1 - t0, t2 - t1 - inside
+    slot.allreduce_s = t3 - t2 + inside
+    slot.wait_s, slot.send_s = waited, sent_s
+    w = model.n_layers
+    views = unflatten(vector, model.parameters())
+    optimizer.step(Gradients(views[:w], views[w:2 * w], views[2 * w], views[2 * w + 1]))
+    slot.update_s = time.perf_counter() - t3
+    return loss * share
 
 
 def _data_step(slot: _Slot, key: str, groups: int, x: Any, labels: np.ndarray,
@@ -409,23 +597,36 @@ def _data_step(slot: _Slot, key: str, groups: int, x: Any, labels: np.ndarray,
     """A whole-model slot: the serial kernels on its rows, the gradient all-reduced."""
     model, optimizer, workspace = held(key)
     arrays = model.parameters()
+    t0 = time.perf_counter()
+    if groups == 2 and backend == "compiled":  # each bucket sent once its layers are done
+        vector = workspace.vector(sum(a.size for a in arrays))
+        cache = compiled.forward(model, x, workspace) if x.shape[0] else None
+        return _overlapped_data_step(slot, model, optimizer, cache, labels, share, vector,
+                                     t0, time.perf_counter())
     if x.shape[0] and backend == "compiled":
         # the gradient written straight into one vector (reduced as it is), reused
         vector = workspace.vector(sum(a.size for a in arrays))
-        loss, _ = compiled.backward(model, compiled.forward(model, x, workspace), labels,
-                                    out=vector)
+        cache = compiled.forward(model, x, workspace)
+        t1 = time.perf_counter()
+        loss, _ = compiled.backward(model, cache, labels, out=vector)
         if share != 1.0:
             vector *= vector.dtype.type(share)
     elif x.shape[0]:
         loss, grads = gradients(model, x, labels, backend, None)
+        t1 = time.perf_counter()  # the reference's forward is not timed apart
         vector = flatten(grads.arrays())
         if share != 1.0:
             vector *= vector.dtype.type(share)
     else:  # a batch smaller than the cluster: this worker adds nothing, but updates
         loss, vector = 0.0, np.zeros(sum(a.size for a in arrays), model.dtype)
+        t1 = time.perf_counter()
+    t2 = time.perf_counter()
+    slot.forward_s, slot.backward_s = t1 - t0, t2 - t1
     if groups > 1:
-        vector = allreduce(slot, groups, vector)
+        vector = _timed_allreduce(slot, groups, vector)
+    t3 = time.perf_counter()
     w = model.n_layers
     views = unflatten(vector, arrays)
     optimizer.step(Gradients(views[:w], views[w:2 * w], views[2 * w], views[2 * w + 1]))
+    slot.update_s = time.perf_counter() - t3
     return loss * share

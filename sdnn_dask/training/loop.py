@@ -87,14 +87,17 @@ def step_bytes(step: object) -> int:
     return int(moved)
 
 
-def _epochs(take_step: Callable[[np.ndarray, np.ndarray], tuple[float, int]],
+def _epochs(take_steps: Callable[[np.ndarray, np.ndarray, list[np.ndarray]],
+                                  list[tuple[float, int]]],
             current: Callable[[], SparseModel], x_train: np.ndarray, y_train: np.ndarray,
             x_test: np.ndarray, y_test: np.ndarray, *, epochs: int, batch: int,
-            backend: str, seed: int) -> pd.DataFrame:
+            backend: str, seed: int,
+            prepare: Callable[[np.ndarray, np.ndarray], Any] | None = None) -> pd.DataFrame:
     """The loop :func:`fit` and :func:`fit_trainer` share: ``epochs`` passes of
-    :func:`batches` (one ``default_rng(seed)`` for the whole run), ``take_step(x, labels)``
-    giving each step's loss and bytes moved, the accuracies of ``current()`` after each
-    epoch."""
+    :func:`batches` (one ``default_rng(seed)`` for the whole run),
+    ``take_steps(x_train, y_train, ids)`` taking an epoch's steps (``ids``: each step's
+    row ids, in order) and giving each step's loss and bytes moved, the accuracies of
+    ``current()`` after each epoch; ``prepare(x_train, y_train)`` first, untimed."""
     _check_backend(backend)
     if epochs < 0:
         raise ValueError(f"epochs must be >= 0, got {epochs}")
@@ -102,12 +105,15 @@ def _epochs(take_step: Callable[[np.ndarray, np.ndarray], tuple[float, int]],
     y_train = as_labels(y_train, x_train.shape[0], classes)
     y_test = as_labels(y_test, x_test.shape[0], classes)
     rng = np.random.default_rng(seed)
+    if prepare is not None and epochs:
+        prepare(x_train, y_train)
     rows = []
     for epoch in range(1, epochs + 1):
         total, seen, moved = 0.0, 0, 0
+        ids = list(batches(x_train.shape[0], batch, rng))
         t0 = time.perf_counter()
-        for idx in batches(x_train.shape[0], batch, rng):
-            loss, step_moved = take_step(x_train[idx], y_train[idx])
+        for idx, (loss, step_moved) in zip(ids, take_steps(x_train, y_train, ids),
+                                           strict=True):
             total += loss * len(idx)
             seen += len(idx)
             moved += step_moved
@@ -124,6 +130,16 @@ def _epochs(take_step: Callable[[np.ndarray, np.ndarray], tuple[float, int]],
     return pd.DataFrame(rows, columns=TRAINER_HISTORY_COLUMNS).astype(
         {"epoch": "int64", "loss": "float64", "train_accuracy": "float64",
          "test_accuracy": "float64", "seconds": "float64", "bytes_moved": "int64"})
+
+
+def _one_by_one(take_step: Callable[[np.ndarray, np.ndarray], tuple[float, int]]
+                ) -> Callable[[np.ndarray, np.ndarray, list[np.ndarray]],
+                              list[tuple[float, int]]]:
+    """An epoch's steps taken one ``take_step(x, labels)`` at a time."""
+    def take_steps(x: np.ndarray, y: np.ndarray, ids: list[np.ndarray]
+                   ) -> list[tuple[float, int]]:
+        return [take_step(x[idx], y[idx]) for idx in ids]
+    return take_steps
 
 
 def fit(model: SparseModel, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray,
@@ -159,7 +175,7 @@ def fit(model: SparseModel, x_train: np.ndarray, y_train: np.ndarray, x_test: np
     def take_step(x: np.ndarray, labels: np.ndarray) -> tuple[float, int]:
         return train_step(model, x, labels, optimizer, backend, workspace), 0
 
-    history = _epochs(take_step, lambda: model, x_train, y_train, x_test, y_test,
+    history = _epochs(_one_by_one(take_step), lambda: model, x_train, y_train, x_test, y_test,
                       epochs=epochs, batch=batch, backend=backend, seed=seed)
     return history[HISTORY_COLUMNS]
 
@@ -176,7 +192,10 @@ def fit_trainer(trainer: Any, x_train: np.ndarray, y_train: np.ndarray, x_test: 
         Anything with ``.step(x, labels)`` (returning a result with ``.loss`` and the bytes
         moved, see :func:`step_bytes`) and ``.model()`` (a copy of the current weights):
         :class:`~.data_parallel.DataParallelTrainer`,
-        :class:`~.model_parallel.ModelParallelTrainer`, ... It is not closed here.
+        :class:`~.model_parallel.ModelParallelTrainer`, ... It is not closed here. One
+        with ``.hold(x, labels)`` and ``.steps(ids)`` (both parallel trainers) is given
+        the training rows once, before the first epoch, and then each epoch's batches as
+        row ids in one call (one feed of its persistent loop).
     x_train, y_train, x_test, y_test, epochs, batch, seed
         As in :func:`fit`: with the same ``seed``, the same batches in the same order.
     backend
@@ -194,5 +213,14 @@ def fit_trainer(trainer: Any, x_train: np.ndarray, y_train: np.ndarray, x_test: 
         step = trainer.step(x, labels)
         return float(step.loss), step_bytes(step)
 
-    return _epochs(take_step, trainer.model, x_train, y_train, x_test, y_test,
-                   epochs=epochs, batch=batch, backend=backend, seed=seed)
+    def take_epoch(x: np.ndarray, y: np.ndarray, ids: list[np.ndarray]
+                   ) -> list[tuple[float, int]]:
+        return [(float(s.loss), step_bytes(s)) for s in trainer.steps(ids)]
+
+    if hasattr(trainer, "hold") and hasattr(trainer, "steps"):
+        # the rows placed on the workers once; every epoch one feed of row ids
+        return _epochs(take_epoch, trainer.model, x_train, y_train, x_test, y_test,
+                       epochs=epochs, batch=batch, backend=backend, seed=seed,
+                       prepare=trainer.hold)
+    return _epochs(_one_by_one(take_step), trainer.model, x_train, y_train, x_test,
+                   y_test, epochs=epochs, batch=batch, backend=backend, seed=seed)

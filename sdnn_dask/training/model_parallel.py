@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +49,7 @@ import scipy.sparse as sp
 from distributed import Client, wait
 
 from ..parallel.allocator import tune_allocator
-from ..parallel.transport.direct import connect_peers, ensure_exchange, gather_direct
+from ..parallel.transport.direct import connect_peers, ensure_exchange
 from ..partition import NeuronPartition, make_neuron_partition
 from .compiled import (
     delta_t,
@@ -59,7 +58,7 @@ from .compiled import (
     layer_forward_t,
     sampled_gradient_t,
 )
-from .direct import TRANSPORTS, chunks, run_slot
+from .direct import TRANSPORTS, chunks
 from .losses import as_labels, softmax_cross_entropy
 from .model import SparseModel
 from .optim import check_settings
@@ -73,6 +72,8 @@ from .parts import (
     slice_model,
     sum_plan,
 )
+from .persistent import PersistentLoop, step_seconds, timing_fields
+from .replicas import hold_rows
 
 __all__ = ["ModelParallelStep", "ModelParallelTrainer"]
 
@@ -212,7 +213,18 @@ class ModelParallelStep:
         The readout's traffic: partial logits to part 0 and ``dlogits`` back to every
         other worker (``rows x classes x 4`` each).
     bytes_inputs
-        The input columns sent to the parts for layer 1.
+        The input columns sent to the parts for layer 1 (their row ids, when the workers
+        hold the rows).
+    bytes_gradient, bytes_gradient_local
+        The hybrid's gradients summed across row groups, across and within workers.
+    row_groups, transport
+        ``R``, and ``"graph"`` or ``"direct"``.
+    wait_seconds, compute_seconds
+        The longest a slot waited for pieces, and the slowest slot's compute (forward,
+        backward, update; direct transport).
+    slots
+        Per slot, what its step measured (:func:`~.direct.run_slot`'s records; direct
+        transport).
     """
 
     loss: float
@@ -229,6 +241,13 @@ class ModelParallelStep:
     row_groups: int = 1
     transport: str = "graph"
     wait_seconds: float = 0.0
+    compute_seconds: float = 0.0
+    slots: tuple = ()
+
+    @property
+    def overhead_seconds(self) -> float:
+        """The step's seconds beyond the slowest slot's compute (direct transport)."""
+        return self.seconds - self.compute_seconds
 
 
 class ModelParallelTrainer:
@@ -305,7 +324,8 @@ class ModelParallelTrainer:
                       for g in range(self.row_groups)]
         self.home = self.route[0]
         self.id = f"sdnn-mptrain-{uuid.uuid4().hex}"
-        self._steps = 0
+        self._loop: PersistentLoop | None = None
+        self._held: tuple[np.ndarray, np.ndarray] | None = None
         self._shapes = model.copy()  # pattern and dtype of the assembled model
         states = slice_model(partition, model, lr, momentum, weight_decay)
         # per layer, part p's needed columns (needed for the inputs and the byte figures)
@@ -368,43 +388,94 @@ class ModelParallelTrainer:
             return self._step_graph(dense, labels, rows, start)
         return self._step_direct(dense, labels, rows, start)
 
+    def _persistent(self) -> PersistentLoop:
+        """The slots' loop, started on the first direct step (again after a failure)."""
+        if self._loop is None or self._loop.closed:
+            self._loop = PersistentLoop(
+                self.client, name=self.id, keys=[self._key(g) for g in range(self.row_groups)],
+                route=self.route, strategy="model" if self.row_groups == 1 else "hybrid")
+        return self._loop
+
     def _step_direct(self, dense: np.ndarray, labels: np.ndarray, rows: int, start: float
                      ) -> ModelParallelStep:
-        """A step on the direct transport: one task per slot (:func:`.direct.run_slot`)."""
-        groups, k, route = self.row_groups, self.k, self.route
-        token = f"{self.id}-step{self._steps}"
-        self._steps += 1
-        bounds = chunks(rows, groups)
-        hosted = Counter(w for row in route for w in row)
-        futures, sent = [], 0
-        for g in range(groups):
+        """A step on the direct transport: one feed of the slots' loop."""
+        bounds = chunks(rows, self.row_groups)
+        items, sent = [], 0
+        for g in range(self.row_groups):
             lo, hi = int(bounds[g]), int(bounds[g + 1])
             block = dense[lo:hi]
-            for c in range(k):
+            row = []
+            for c in range(self.k):
                 x_t = np.ascontiguousarray(block[:, self._needed[0][c]].T, dtype=np.float32)
                 sent += x_t.nbytes
-                futures.append(self.client.submit(
-                    run_slot, self._key(g), token, g, c, groups, k, route, hosted[route[g][c]],
-                    x_t, labels[lo:hi], (hi - lo) / rows, key=f"{token}-g{g}-p{c}",
-                    workers=[route[g][c]], allow_other_workers=False, pure=False))
-        done = gather_direct(self.client, futures, set(hosted), token=token,
-                             strategy="model" if groups == 1 else "hybrid")
-        seconds = time.perf_counter() - start
-        loss = float(sum(d["loss"] for d in done if d["loss"] is not None))
+                row.append({"x": x_t, "labels": labels[lo:hi], "share": (hi - lo) / rows})
+            items.append(row)
+        [records] = self._persistent().run([items])
+        return self._result(records, rows, time.perf_counter() - start, sent)
+
+    def _result(self, records: list[list[dict]], rows: int, seconds: float, sent: int
+                ) -> ModelParallelStep:
+        done = [r for row in records for r in row]
 
         def total(which: str, counter: str) -> int:
             return int(sum(d[which][counter] for d in done))
 
         return ModelParallelStep(
-            loss=loss, seconds=seconds,
+            loss=float(sum(d["loss"] for d in done if d["loss"] is not None)),
+            seconds=seconds,
             bytes_forward=total("moved", "forward"), bytes_backward=total("moved", "backward"),
             bytes_forward_local=total("local", "forward"),
             bytes_backward_local=total("local", "backward"),
             predicted_bytes=self.predicted_bytes(rows),
             bytes_readout=total("moved", "readout"), bytes_inputs=sent,
             bytes_gradient=total("moved", "gradient"),
-            bytes_gradient_local=total("local", "gradient"), row_groups=groups,
-            transport="direct", wait_seconds=float(max(d["wait_s"] for d in done)))
+            bytes_gradient_local=total("local", "gradient"), row_groups=self.row_groups,
+            transport="direct", **timing_fields(done))
+
+    def hold(self, x: np.ndarray | sp.spmatrix, labels: np.ndarray) -> None:
+        """Keep the training rows on the workers, each slot the input columns its part
+        reads, so that :meth:`steps` sends only row ids (on the graph transport, here
+        only)."""
+        shape = getattr(x, "shape", None)
+        if shape is None or len(shape) != 2 or shape[1] != self._shapes.n_inputs:
+            raise ValueError(f"inputs must be rows x {self._shapes.n_inputs}, got {shape}")
+        labels = as_labels(labels, int(shape[0]), self._shapes.n_classes)
+        dense = np.asarray(x.toarray() if sp.issparse(x) else x, dtype=np.float32)
+        self._held = (dense, labels)
+        if self.transport != "direct":
+            return
+        placed = []
+        for c in range(self.k):
+            columns = self.client.scatter(
+                np.ascontiguousarray(dense[:, self._needed[0][c]].T), hash=False,
+                workers=sorted({row[c] for row in self.route}), broadcast=True)
+            for g, row in enumerate(self.route):
+                placed.append(self.client.submit(
+                    hold_rows, self._key(g), c, columns, labels, workers=[row[c]],
+                    allow_other_workers=False, pure=False))
+        self.client.gather(placed)
+
+    def steps(self, batches: list[np.ndarray]) -> list[ModelParallelStep]:
+        """One step per array of row ids into the rows :meth:`hold` placed, in order; on
+        the direct transport all of them in one feed of the slots' loop."""
+        if self._held is None:
+            raise RuntimeError("hold() the training rows before steps()")
+        dense, labels = self._held
+        if self.transport != "direct":
+            return [self.step(dense[idx], labels[idx]) for idx in batches]
+        items = []
+        for idx in batches:
+            idx = np.asarray(idx, np.int64)
+            if len(idx) < self.row_groups:
+                raise ValueError(f"a batch needs at least one row per row group: "
+                                 f"{len(idx)} rows, {self.row_groups} row groups")
+            bounds = chunks(len(idx), self.row_groups)
+            items.append([[{"rows": idx[bounds[g]:bounds[g + 1]],
+                            "share": (bounds[g + 1] - bounds[g]) / len(idx)}] * self.k
+                          for g in range(self.row_groups)])
+        records = self._persistent().run(items)
+        return [self._result(step, len(idx), step_seconds(step), int(idx.nbytes))
+                for step, idx in zip(records, batches, strict=True)]
 
     def _step_graph(self, dense: np.ndarray, labels: np.ndarray, rows: int, start: float
                     ) -> ModelParallelStep:
@@ -486,7 +557,10 @@ class ModelParallelTrainer:
         return out
 
     def close(self) -> None:
-        """Drop the parts' state from the workers."""
+        """Stop the slots' loop and drop the parts' state from the workers."""
+        if self._loop is not None:
+            loop, self._loop = self._loop, None
+            loop.close()
         self.client.gather([self.client.submit(drop_parts, self.id, workers=[w],
                                                allow_other_workers=False, pure=False)
                             for w in sorted({w for row in self.route for w in row})])

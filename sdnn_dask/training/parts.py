@@ -24,6 +24,7 @@ from ..core.network import Network, pattern_order
 from ..partition import NeuronPartition
 from .model import SparseModel
 from .optim import sgd_update
+from .replicas import drop_held
 
 
 @dataclass(eq=False)
@@ -90,6 +91,7 @@ def place_part(trainer: str, state: _Part) -> int:
 
 def drop_parts(trainer: str) -> int:
     """Drop a trainer's parts here (every row group's)."""
+    drop_held(trainer)
     keys = [key for key in list(PARTS)
             if key[0] == trainer or key[0].startswith(trainer + "/")]
     # a threaded cluster's workers share PARTS: another may be dropping the same keys

@@ -1,0 +1,150 @@
+"""A trainer's persistent loop on the direct transport: its slot tasks started once, fed.
+
+Instead of a task per slot and step, a trainer on the direct transport starts one
+long-running task per slot (:func:`~.direct.run_slot`) the first time it steps, and from
+then on feeds it steps through the workers' exchanges (:func:`~sdnn_dask.parallel.
+transport.feed.feed_run`): one call per worker per feed, answered when the slots there
+have run every step of it, with each step's record. A feed may hold one step (the
+trainers' ``step``) or many (``steps``: an epoch's batches as row ids into rows held on
+the workers), so the scheduler takes no part after the start, and a feed of many steps
+costs one round trip for all of them.
+
+The client only starts, watches and stops the loop. While a feed is answered it checks
+every :data:`~sdnn_dask.parallel.transport.direct.POLL_SECONDS` that the loop's workers
+are connected and its tasks alive: a lost worker raises
+:exc:`~sdnn_dask.parallel.faults.WorkerLostError` naming it, a slot's error is raised as
+itself, and an interruption of the caller (``KeyboardInterrupt``) stops the loop on every
+worker (no run state is left) before it propagates. A loop that failed is gone; the
+trainer starts a new one on its next step.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from typing import Any
+
+from distributed import Client
+
+from ..parallel.transport.direct import (
+    POLL_SECONDS,
+    check_run,
+    gather_direct,
+    stop_run,
+)
+from ..parallel.transport.feed import feed_run
+from .direct import FEED, REPLY, run_slot
+
+__all__ = ["PersistentLoop", "slot_compute", "step_seconds", "timing_fields"]
+
+
+class PersistentLoop:
+    """One trainer's slot tasks, running until :meth:`close`.
+
+    Parameters
+    ----------
+    client
+        The trainer's client.
+    name
+        The trainer's id (the loop's token starts with it).
+    keys
+        Per row group, the state key its slots use on their workers.
+    route
+        ``route[g][c]``: the worker of slot ``(g, c)``.
+    strategy
+        Names the loop in errors: ``"data"``, ``"model"`` or ``"hybrid"``.
+    whole, backend
+        As :func:`~.direct.run_slot` takes them.
+    """
+
+    def __init__(self, client: Client, *, name: str, keys: list[str],
+                 route: list[list[str]], strategy: str, whole: bool = False,
+                 backend: str = "compiled", poll: float = POLL_SECONDS):
+        self.client, self.route, self.strategy, self.poll = client, route, strategy, poll
+        self.token = f"{name}-loop-{uuid.uuid4().hex[:12]}"
+        groups, parts = len(route), len(route[0])
+        hosted = Counter(w for row in route for w in row)
+        self.workers = set(hosted)
+        self.futures = [
+            client.submit(run_slot, keys[g], self.token, g, c, groups, parts, route,
+                          hosted[route[g][c]], whole=whole, backend=backend, poll=poll,
+                          key=f"{self.token}-g{g}-p{c}", workers=[route[g][c]],
+                          allow_other_workers=False, pure=False)
+            for g in range(groups) for c in range(parts)]
+        self.feeds = 0
+        self.steps = 0
+        self.closed = False
+
+    def run(self, steps: list[list[list[dict[str, Any]]]]) -> list[list[list[dict]]]:
+        """Run ``steps`` (``steps[s][g][c]``: slot ``(g, c)``'s item of step ``s``, see
+        :func:`~.direct.run_slot`) as one feed; their records, indexed the same way."""
+        if self.closed:
+            raise RuntimeError(f"training loop {self.token} is closed")
+        number = self.feeds
+        by_worker: dict[str, tuple[list, list]] = {}
+        slots = [(g, c) for g in range(len(self.route)) for c in range(len(self.route[0]))]
+        for g, c in slots:
+            items, replies = by_worker.setdefault(self.route[g][c], ([], []))
+            items.append((8 * g + FEED, number, c, [step[g][c] for step in steps]))
+            replies.append((8 * g + REPLY, number, c))
+        got = self._feed(by_worker)
+        self.feeds += 1
+        self.steps += len(steps)
+        records: dict[tuple[int, int], list[dict]] = {}
+        for address, (_, replies) in by_worker.items():
+            for (group, _, c), reply in zip(replies, got[address], strict=True):
+                records[(group // 8, c)] = reply
+        return [[[records[(g, c)][s] for c in range(len(self.route[0]))]
+                 for g in range(len(self.route))] for s in range(len(steps))]
+
+    def _feed(self, by_worker: dict[str, tuple[list, list]]) -> dict[str, list[Any]]:
+        try:
+            return feed_run(self.client, self.token, by_worker, watch=self._watch,
+                            poll=self.poll)
+        except BaseException as error:
+            self.closed = True
+            stop_run(self.client, self.futures, self.token, self.strategy, error)
+            raise
+
+    def _watch(self) -> None:
+        if check_run(self.client, self.futures, self.workers, token=self.token,
+                     strategy=self.strategy, poll=self.poll):
+            raise RuntimeError(f"training loop {self.token}: its slot tasks ended before "
+                               "their feed was answered")
+
+    def close(self) -> int:
+        """Stop the slots (a feed of ``None``) and wait for their tasks to end; the
+        steps the loop ran. A loop that failed is already stopped."""
+        if self.closed:
+            return self.steps
+        by_worker: dict[str, tuple[list, list]] = {}
+        for g, row in enumerate(self.route):
+            for c, where in enumerate(row):
+                by_worker.setdefault(where, ([], []))[0].append(
+                    (8 * g + FEED, self.feeds, c, None))
+        self._feed(by_worker)
+        self.closed = True
+        gather_direct(self.client, self.futures, self.workers, token=self.token,
+                      strategy=self.strategy, poll=self.poll)
+        return self.steps
+
+
+def slot_compute(record: dict[str, Any]) -> float:
+    """A slot's compute in one step: forward, backward and update."""
+    return record["forward_s"] + record["backward_s"] + record["update_s"]
+
+
+def step_seconds(records: list[list[dict[str, Any]]]) -> float:
+    """A step's wall time from its slots' records (``records[g][c]``): the first slot's
+    start to the last one's end."""
+    flat = [r for row in records for r in row]
+    return (max(r["started"] + r["seconds"] for r in flat)
+            - min(r["started"] for r in flat))
+
+
+def timing_fields(done: list[dict[str, Any]]) -> dict[str, Any]:
+    """A step result's timing fields from its slots' records: the longest wait, the
+    slowest slot's compute, and the records themselves."""
+    return {"wait_seconds": float(max(d["wait_s"] for d in done)),
+            "compute_seconds": float(max(slot_compute(d) for d in done)),
+            "slots": tuple(done)}
