@@ -90,6 +90,7 @@ def _run(client: Client, kind: str, network, partitions: dict, inputs, labels, a
                 trainer.step(inputs[:batch], labels[:batch])
             comp = []
             took: dict[str, list[float]] = {name: [] for name in trainers}
+            parts: dict[str, list] = {name: [] for name in trainers}
             moved: dict[str, tuple[int, int, int, int]] = {}
             for s in range(1, args.steps + 1):
                 x, y = inputs[s * batch:(s + 1) * batch], labels[s * batch:(s + 1) * batch]
@@ -99,6 +100,8 @@ def _run(client: Client, kind: str, network, partitions: dict, inputs, labels, a
                 for name, trainer in trainers.items():
                     step = trainer.step(x, y)
                     took[name].append(step.seconds)
+                    if step.slots:
+                        parts[name].append(step)
                     moved[name] = _moved(step)
                     # float32 sums in another order drift apart slowly over 120 layers
                     if not np.isclose(step.loss, expected, rtol=1e-3):
@@ -109,8 +112,25 @@ def _run(client: Client, kind: str, network, partitions: dict, inputs, labels, a
                 trainer.close()
         c = statistics.median(comp)
         lines.append((kind, batch, ref_s, c,
-                      {n: statistics.median(t) for n, t in took.items()}, moved))
+                      {n: statistics.median(t) for n, t in took.items()}, moved,
+                      {n: _breakdown(p) for n, p in parts.items() if p}))
     return lines
+
+
+def _breakdown(steps) -> dict[str, float]:
+    """Per-step medians (seconds) of where a direct step's time went, its slots' records."""
+    def med(values) -> float:
+        return statistics.median(values)
+    return {
+        "forward": med([max(s["forward_s"] for s in r.slots) for r in steps]),
+        "backward": med([max(s["backward_s"] for s in r.slots) for r in steps]),
+        "update": med([max(s["update_s"] for s in r.slots) for r in steps]),
+        "compute": med([r.compute_seconds for r in steps]),
+        "wait": med([max(s["wait_s"] for s in r.slots) for r in steps]),
+        "send": med([max(s["send_s"] for s in r.slots) for r in steps]),
+        "exchange": med([max(s["allreduce_s"] for s in r.slots) for r in steps]),
+        "overhead": med([r.overhead_seconds for r in steps]),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,16 +170,25 @@ def main(argv: list[str] | None = None) -> int:
                           graph=args.graph and kind == "processes")
     print(f"{'workers':>9} {'batch':>6} {'reference s':>12} {'compiled s':>11} "
           f"{'compiled/ref':>12}")
-    for kind, batch, ref_s, c, _, _ in lines:
+    for kind, batch, ref_s, c, *_ in lines:
         print(f"{kind:>9} {batch:6d} {ref_s:12.3f} {c:11.3f} {ref_s / c:12.1f}")
     print(f"\n{'workers':>9} {'batch':>6} {'strategy':>28} {'s/step':>8} {'vs compiled':>11} "
           f"{'MB fwd':>8} {'MB bwd':>8} {'MB grad':>8} {'MB predicted':>12}")
-    for kind, batch, _, c, took, moved in lines:
+    for kind, batch, _, c, took, moved, _ in lines:
         for name in took:
             fwd, bwd, grad, predicted = moved[name]
             print(f"{kind:>9} {batch:6d} {name:>28} {took[name]:8.3f} {c / took[name]:11.2f} "
                   f"{fwd / 1e6:8.2f} {bwd / 1e6:8.2f} {grad / 1e6:8.2f} "
                   f"{predicted / 1e6:12.2f}")
+    keys = ("forward", "backward", "update", "compute", "wait", "send", "exchange", "overhead")
+    print("\nWhere a direct step's time goes (ms; per step, the slowest slot's, medians; "
+          "compute = forward + backward + update without waits and sends; overhead = the "
+          "step minus the slowest slot's compute):")
+    print(f"{'workers':>9} {'batch':>6} {'strategy':>28} " + " ".join(f"{k:>9}" for k in keys))
+    for kind, batch, _, _, _, _, parts in lines:
+        for name, b in parts.items():
+            print(f"{kind:>9} {batch:6d} {name:>28} "
+                  + " ".join(f"{b[k] * 1e3:9.1f}" for k in keys))
     return 0
 
 

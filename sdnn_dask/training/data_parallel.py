@@ -31,13 +31,14 @@ import scipy.sparse as sp
 from distributed import Client, wait
 
 from ..parallel.allocator import tune_allocator
+from ..parallel.faults import connected
 from ..parallel.transport.direct import connect_peers, ensure_exchange
-from .direct import TRANSPORTS, chunks
 from .loop import BACKENDS, gradients
 from .model import Gradients, SparseModel
 from .optim import check_settings
 from .persistent import PersistentLoop, step_seconds, timing_fields
 from .replicas import drop_replica, held, hold_rows, place_replica
+from .slot import TRANSPORTS, chunks
 
 __all__ = ["TRANSPORTS", "DataParallelTrainer", "StepResult"]
 
@@ -101,7 +102,7 @@ class StepResult:
         The slowest worker's compute: forward, backward and update (direct transport).
     slots
         Per worker, what its step measured (:func:`~.direct.run_slot`'s records: the
-        seconds of :data:`~.direct.TIMING_KEYS`, bytes; direct transport).
+        seconds of :data:`~.slot.TIMING_KEYS`, bytes; direct transport).
     """
 
     loss: float
@@ -136,7 +137,7 @@ class DataParallelTrainer:
         ``"compiled"`` (default) or ``"reference"``.
     transport
         ``"direct"`` (default: one task per worker and step; the gradient is all-reduced
-        worker to worker, :func:`.direct.allreduce`) or ``"graph"`` (the tree of tasks
+        worker to worker, :func:`.slot.allreduce`) or ``"graph"`` (the tree of tasks
         described above, the gradients moved by Dask).
 
     Examples
@@ -295,12 +296,15 @@ class DataParallelTrainer:
 
     def close(self) -> None:
         """Stop the slots' loop and drop the model copies from the workers."""
-        if self._loop is not None:
-            loop, self._loop = self._loop, None
-            loop.close()
-        self.client.gather([self.client.submit(drop_replica, self.id, workers=[w],
-                                               allow_other_workers=False, pure=False)
-                            for w in self.workers])
+        try:
+            if self._loop is not None:
+                loop, self._loop = self._loop, None
+                loop.close()
+        finally:  # a worker lost mid-fit holds nothing any more: not waited for
+            live = connected(self.client)
+            self.client.gather([self.client.submit(drop_replica, self.id, workers=[w],
+                                                   allow_other_workers=False, pure=False)
+                                for w in self.workers if w in live])
 
     def __enter__(self) -> DataParallelTrainer:
         return self

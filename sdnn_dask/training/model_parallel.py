@@ -49,6 +49,7 @@ import scipy.sparse as sp
 from distributed import Client, wait
 
 from ..parallel.allocator import tune_allocator
+from ..parallel.faults import connected
 from ..parallel.transport.direct import connect_peers, ensure_exchange
 from ..partition import NeuronPartition, make_neuron_partition
 from .compiled import (
@@ -58,7 +59,6 @@ from .compiled import (
     layer_forward_t,
     sampled_gradient_t,
 )
-from .direct import TRANSPORTS, chunks
 from .losses import as_labels, softmax_cross_entropy
 from .model import SparseModel
 from .optim import check_settings
@@ -74,6 +74,7 @@ from .parts import (
 )
 from .persistent import PersistentLoop, step_seconds, timing_fields
 from .replicas import hold_rows
+from .slot import TRANSPORTS, chunks
 
 __all__ = ["ModelParallelStep", "ModelParallelTrainer"]
 
@@ -558,12 +559,16 @@ class ModelParallelTrainer:
 
     def close(self) -> None:
         """Stop the slots' loop and drop the parts' state from the workers."""
-        if self._loop is not None:
-            loop, self._loop = self._loop, None
-            loop.close()
-        self.client.gather([self.client.submit(drop_parts, self.id, workers=[w],
-                                               allow_other_workers=False, pure=False)
-                            for w in sorted({w for row in self.route for w in row})])
+        try:
+            if self._loop is not None:
+                loop, self._loop = self._loop, None
+                loop.close()
+        finally:  # a worker lost mid-fit holds nothing any more: not waited for
+            live = connected(self.client)
+            self.client.gather([self.client.submit(drop_parts, self.id, workers=[w],
+                                                   allow_other_workers=False, pure=False)
+                                for w in sorted({w for row in self.route for w in row})
+                                if w in live])
 
     def __enter__(self) -> ModelParallelTrainer:
         return self

@@ -33,7 +33,8 @@ from ..parallel.transport.direct import (
     stop_run,
 )
 from ..parallel.transport.feed import feed_run
-from .direct import FEED, REPLY, run_slot
+from .direct import run_slot
+from .slot import FEED, REPLY
 
 __all__ = ["PersistentLoop", "slot_compute", "step_seconds", "timing_fields"]
 
@@ -67,7 +68,8 @@ class PersistentLoop:
         self.workers = set(hosted)
         self.futures = [
             client.submit(run_slot, keys[g], self.token, g, c, groups, parts, route,
-                          hosted[route[g][c]], whole=whole, backend=backend, poll=poll,
+                          hosted[route[g][c]], whole=whole, backend=backend,
+                          strategy=strategy, poll=poll,
                           key=f"{self.token}-g{g}-p{c}", workers=[route[g][c]],
                           allow_other_workers=False, pure=False)
             for g in range(groups) for c in range(parts)]

@@ -107,25 +107,26 @@ class _Run:
         self.left = 0
         self.peers: set[str] = set()
         self.strategy = "model"
-        #: called (under ``cond``) whenever a box is filled or the run fails: the feed
-        #: handler's wake-ups on the event loop
-        self.watchers: list[Any] = []
+        #: box key -> called (under ``cond``) when that box is filled, or the run fails:
+        #: the feed handler's wake-ups on the event loop, for the replies it waits for
+        self.watchers: dict[tuple[int, int, int], Any] = {}
 
     def put(self, group: int, layer: int, parts: Iterable[int], source: int,
             payload: Any) -> None:
         with self.cond:
             for p in parts:
                 self.boxes.setdefault((group, layer, p), {})[source] = payload
+                wake = self.watchers.get((group, layer, p))
+                if wake is not None:
+                    wake()
             self.cond.notify_all()
-            for wake in self.watchers:
-                wake()
 
     def fail(self, error: BaseException) -> None:
         with self.cond:
             if self.error is None:
                 self.error = error
             self.cond.notify_all()
-            for wake in self.watchers:
+            for wake in set(self.watchers.values()):
                 wake()
 
 
@@ -271,12 +272,13 @@ class PieceExchange(WorkerPlugin):
         def wake() -> None:
             loop.call_soon_threadsafe(event.set)
 
+        wanted = [tuple(key) for key in replies]
         with run.cond:
-            run.watchers.append(wake)
+            for key in wanted:
+                run.watchers[key] = wake
         try:
             for group, layer, part, payload in items:
                 run.put(group, layer, [part], CLIENT, unpack(payload))
-            wanted = [tuple(key) for key in replies]
             got: dict[tuple, Any] = {}
             while True:
                 event.clear()  # before looking: a reply filed from now on sets it again
@@ -293,7 +295,8 @@ class PieceExchange(WorkerPlugin):
                 await event.wait()
         finally:
             with run.cond:
-                run.watchers.remove(wake)
+                for key in wanted:
+                    run.watchers.pop(key, None)
 
     # -- the wire ---------------------------------------------------------------------
 

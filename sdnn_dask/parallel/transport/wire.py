@@ -46,6 +46,19 @@ LENGTH = struct.Struct("!Q")
 #: Where a wire listens and the secret it wants: (host, port, secret as hex).
 WireAddress = tuple[str, int, str]
 
+#: Socket buffers asked for, each way: a layer's piece (about 1 MB at 512 rows) fits, so
+#: the sender does not wait for a busy receiver to drain the one before.
+SOCKET_BUFFER = 8 << 20
+
+
+def _tune(sock: socket.socket) -> None:
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)
+        except OSError:  # capped by the system: what it allows
+            pass
+
 
 def _recv_exactly(sock: socket.socket, n: int) -> bytearray:
     """``n`` bytes from ``sock`` into a buffer of their own (``ConnectionError`` at EOF)."""
@@ -137,7 +150,7 @@ class Wire:
                 return found
             host, port, secret = self._peers[address]
         sock = socket.create_connection((host, port))
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        _tune(sock)
         sock.sendall(b"".join(_frames({"hello": secret, "sender": self.here})))
         with self._lock:
             if address in self._out:  # another thread connected first
@@ -170,7 +183,7 @@ class Wire:
                 sock, _ = self._listener.accept()
             except OSError:
                 return
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            _tune(sock)
             self._accepted.append(sock)
             threading.Thread(target=self._read, args=(sock,), name="sdnn-wire-read",
                              daemon=True).start()

@@ -1,0 +1,131 @@
+"""A data-parallel slot's step: the serial kernels on its rows, the gradient summed.
+
+With two workers the backward sends each bucket of the gradient to the other as soon as
+its layers are done (:func:`gradient_buckets`), so the exchange runs under the layers
+below; with more, the gradient is all-reduced after the backward
+(:func:`~.slot.allreduce`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from . import compiled
+from .loop import gradients
+from .model import Gradients, flatten, unflatten
+from .replicas import held
+from .slot import REDUCE, Slot, pair_sum, timed_allreduce
+
+#: Bytes of gradient a data-parallel slot on two workers sends at once, as soon as
+#: its layers are computed (the last piece, with the biases and readout, may be smaller).
+BUCKET_BYTES = 1 << 16
+
+
+def gradient_buckets(model: Any, bucket_bytes: int = BUCKET_BYTES
+                     ) -> list[tuple[int, int, int]]:
+    """How the flat gradient (:meth:`~.model.SparseModel.parameters`' order) goes out in
+    pieces while the backward runs: ``(layer, lo, hi)``, sent once layer ``layer``'s
+    weight gradient is final (from the top down), each at least ``bucket_bytes``; then,
+    with ``layer`` -1 (sent when the backward is done), the weights of the layers left
+    and the biases and readout."""
+    params = model.parameters()
+    n = model.n_layers
+    ends = np.cumsum([p.size for p in params])
+    starts = ends - np.array([p.size for p in params])
+    out, hi, size = [], int(ends[n - 1]), 0
+    for k in range(n - 1, 0, -1):  # layer 0's goes with the rest
+        size += params[k].nbytes
+        if size >= bucket_bytes:
+            out.append((k, int(starts[k]), hi))
+            hi, size = int(starts[k]), 0
+    out.append((-1, 0, hi))
+    out.append((-1, int(ends[n - 1]), int(ends[-1])))
+    return out
+
+
+
+def overlappeddata_step(slot: Slot, model: Any, optimizer: Any, cache: Any,
+                          labels: np.ndarray, share: float, vector: np.ndarray,
+                          t0: float, t1: float) -> float:
+    """A data-parallel slot of two: the backward sends each bucket of its (scaled)
+    gradient to the other slot as soon as its layers are done, so the exchange runs
+    under the layers below; then every bucket is summed with the other's, in place.
+    Without rows (``cache`` None: a batch smaller than the cluster) it sends zeros."""
+    buckets = gradient_buckets(model)
+    early = {layer: i for i, (layer, _, _) in enumerate(buckets) if layer >= 0}
+    scale = vector.dtype.type(share)
+    other, waited, sent_s = 1 - slot.group, slot.wait_s, slot.send_s
+
+    def send(i: int) -> None:
+        _, lo, hi = buckets[i]
+        if share != 1.0:
+            vector[lo:hi] *= scale
+        slot.send(REDUCE, "gradient", other, i, slot.part, slot.group,
+                               vector[lo:hi], reused=True)
+
+    if cache is None:
+        loss = 0.0
+        vector[...] = 0.0
+    else:
+        loss, _ = compiled.backward(model, cache, labels, out=vector,
+                                    ready=lambda k: send(early[k]) if k in early else None)
+    for i, (layer, _, _) in enumerate(buckets):
+        if layer < 0 or cache is None:
+            send(i)
+    t2 = time.perf_counter()
+    for i, (_, lo, hi) in enumerate(buckets):
+        pair_sum(slot, vector, lo, hi, i, sent=True)
+    t3 = time.perf_counter()
+    # the sends inside the backward are the exchange's, not compute
+    inside = slot.send_s - sent_s
+    slot.forward_s, slot.backward_s = t1 - t0, t2 - t1 - inside
+    slot.allreduce_s = t3 - t2 + inside
+    slot.wait_s, slot.send_s = waited, sent_s
+    w = model.n_layers
+    views = unflatten(vector, model.parameters())
+    optimizer.step(Gradients(views[:w], views[w:2 * w], views[2 * w], views[2 * w + 1]))
+    slot.update_s = time.perf_counter() - t3
+    return loss * share
+
+
+def data_step(slot: Slot, key: str, groups: int, x: Any, labels: np.ndarray,
+               share: float, backend: str) -> float:
+    """A whole-model slot: the serial kernels on its rows, the gradient all-reduced."""
+    model, optimizer, workspace = held(key)
+    arrays = model.parameters()
+    t0 = time.perf_counter()
+    if groups == 2 and backend == "compiled":  # each bucket sent once its layers are done
+        vector = workspace.vector(sum(a.size for a in arrays))
+        cache = compiled.forward(model, x, workspace) if x.shape[0] else None
+        return overlappeddata_step(slot, model, optimizer, cache, labels, share, vector,
+                                     t0, time.perf_counter())
+    if x.shape[0] and backend == "compiled":
+        # the gradient written straight into one vector (reduced as it is), reused
+        vector = workspace.vector(sum(a.size for a in arrays))
+        cache = compiled.forward(model, x, workspace)
+        t1 = time.perf_counter()
+        loss, _ = compiled.backward(model, cache, labels, out=vector)
+        if share != 1.0:
+            vector *= vector.dtype.type(share)
+    elif x.shape[0]:
+        loss, grads = gradients(model, x, labels, backend, None)
+        t1 = time.perf_counter()  # the reference's forward is not timed apart
+        vector = flatten(grads.arrays())
+        if share != 1.0:
+            vector *= vector.dtype.type(share)
+    else:  # a batch smaller than the cluster: this worker adds nothing, but updates
+        loss, vector = 0.0, np.zeros(sum(a.size for a in arrays), model.dtype)
+        t1 = time.perf_counter()
+    t2 = time.perf_counter()
+    slot.forward_s, slot.backward_s = t1 - t0, t2 - t1
+    if groups > 1:
+        vector = timed_allreduce(slot, groups, vector)
+    t3 = time.perf_counter()
+    w = model.n_layers
+    views = unflatten(vector, arrays)
+    optimizer.step(Gradients(views[:w], views[w:2 * w], views[2 * w], views[2 * w + 1]))
+    slot.update_s = time.perf_counter() - t3
+    return loss * share
