@@ -27,6 +27,7 @@ import signal
 import threading
 import time
 
+import numpy as np
 import pytest
 from distributed import Future, wait
 
@@ -42,6 +43,8 @@ from sdnn_dask.parallel import (
 from sdnn_dask.parallel.faults import gather_pinned
 from sdnn_dask.parallel.transport.direct import RunAborted, active_runs
 from sdnn_dask.testing import assert_same_result
+from sdnn_dask.training import SGD, fit, fit_trainer, init_model
+from sdnn_dask.training.compare import make_trainer
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -174,13 +177,13 @@ def test_dynamic_placement_raises_on_a_killed_worker_then_recovers(cluster, netw
     assert victim not in set(again.blocks["worker"])
 
 
-def _settled(client, timeout: float = PROMPT_DIRECT) -> None:
-    """Within ``timeout`` no task of a direct run is processing and no worker holds a
-    run's state."""
+def _settled(client, timeout: float = PROMPT_DIRECT, prefix: str = "part-") -> None:
+    """Within ``timeout`` no task of a direct run (keys starting with ``prefix``) is
+    processing and no worker holds a run's state."""
     deadline = time.monotonic() + timeout
     while True:
         busy = [k for keys in client.processing().values() for k in keys
-                if str(k).startswith("part-")]
+                if str(k).startswith(prefix)]
         state = {w: t for w, t in active_runs(client).items() if t}
         if not busy and not state:
             return
@@ -225,13 +228,15 @@ def _later(seconds: float, action) -> threading.Timer:
     return timer
 
 
-def _when_running(client, action, timeout: float = 60) -> threading.Thread:
-    """Call ``action(keys)`` from a thread once part tasks of a direct run are processing."""
+def _when_running(client, action, timeout: float = 60, prefix: str = "part-"
+                  ) -> threading.Thread:
+    """Call ``action(keys)`` from a thread once tasks of a direct run (keys starting with
+    ``prefix``) are processing."""
     def watch():
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             keys = [k for ks in client.processing().values() for k in ks
-                    if str(k).startswith("part-")]
+                    if str(k).startswith(prefix)]
             if keys:
                 time.sleep(KILL_DELAY)
                 action(keys)
@@ -337,3 +342,76 @@ def test_a_worker_killed_just_before_a_run(cluster, network, model_problem, stra
     result = executor.run(inputs, **kwargs)
     assert_same_result(result, reference)
     assert victim not in set(result.blocks["worker"])
+
+
+# ------------------------------------------------------------------ training loops
+
+#: Keys of a trainer's slot tasks (its id, then "-loop-").
+TRAINER_PREFIX = {"data": "sdnn-train-", "model": "sdnn-mptrain-", "hybrid": "sdnn-mptrain-"}
+
+
+@pytest.fixture(scope="module")
+def training_rows():
+    """Rows enough for an epoch of 10 steps of 512 at 120 layers (~1 s a step here)."""
+    x = make_inputs(5120, 1024, seed=2).toarray()
+    return x, np.random.default_rng(2).integers(0, 10, x.shape[0])
+
+
+def _fit(client, network, strategy, x, y):
+    trainer = make_trainer(client, strategy, "block", init_model(network, 10, seed=1), k=2,
+                           row_groups=2, lr=0.01, momentum=0.9)
+    return trainer, lambda: fit_trainer(trainer, x, y, x[:64], y[:64], epochs=1, batch=512)
+
+
+def _fits_as_serial(client, network, strategy, x, y):
+    """A new trainer's epoch on the workers connected now equals the serial epoch's."""
+    trainer, run = _fit(client, network, strategy, x, y)
+    with trainer:
+        history = run()
+    serial = init_model(network, 10, seed=1)
+    expected = fit(serial, x, y, x[:64], y[:64], epochs=1, batch=512,
+                   optimizer=SGD(serial, 0.01, momentum=0.9))
+    np.testing.assert_allclose(history["loss"], expected["loss"], rtol=1e-3)
+
+
+@pytest.mark.parametrize("strategy", ["data", "model", "hybrid"])
+def test_a_training_loop_raises_on_a_killed_worker_then_recovers(cluster, network,
+                                                                 training_rows, strategy):
+    """A worker killed while its slots run an epoch: the fit raises WorkerLostError
+    naming it within 2 s, no run state is left on the survivor, the broken trainer
+    closes, and a new trainer's fit on the workers connected then equals the serial
+    fit."""
+    x, y = training_rows
+    trainer, run = _fit(cluster, network, strategy, x, y)
+    killer = Killer(cluster, TRAINER_PREFIX[strategy])
+    killer.start()
+    with pytest.raises(WorkerLostError, match=f"{strategy} run aborted: worker .* died "
+                                              "mid-run") as caught:
+        run()
+    raised_at = time.monotonic()
+    victim = killer.check(raised_at)
+    assert victim in str(caught.value)
+    assert raised_at - killer.killed_at < PROMPT_DIRECT, "the fit did not fail promptly"
+    _settled(cluster, prefix=TRAINER_PREFIX[strategy])
+    trainer.close()  # the lost worker skipped, the survivor's state dropped
+    _fits_as_serial(cluster, network, strategy, x[:1024], y[:1024])
+
+
+def test_a_training_loop_interrupted_by_the_caller_leaves_nothing_behind(
+        cluster, network, training_rows):
+    x, y = training_rows
+    trainer, run = _fit(cluster, network, "model", x, y)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        watcher = _when_running(cluster, lambda keys: _thread.interrupt_main(),
+                                prefix=TRAINER_PREFIX["model"])
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            run()
+        watcher.join()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert time.monotonic() - started < 30
+    _settled(cluster, prefix=TRAINER_PREFIX["model"])
+    trainer.close()
+    _fits_as_serial(cluster, network, "model", x[:1024], y[:1024])
