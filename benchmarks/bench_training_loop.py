@@ -17,9 +17,12 @@ Printed per configuration: the median epoch seconds and its ratio to the serial 
 per step (medians over the epoch's steps): the step's wall time (first slot's start to
 the last one's end), the slowest slot's compute (forward, backward, update), the longest
 wait for pieces, sends, the gradient exchange, and the overhead (step minus the slowest
-slot's compute); MB moved per step. Every epoch's mean loss is checked against the serial
-one (relative 1e-3: sums in another order) and any FAIL is printed and sets the exit
-status::
+slot's compute); MB moved per step; and the largest relative difference of an epoch's
+mean loss from the serial one's. The first three steps' losses are checked against the
+serial ones (relative 1e-3: sums in another order); a FAIL is printed and sets the exit
+status. Later epochs are not checked: beyond a few layers training amplifies the
+rounding of sums in another order until the trajectories part (see
+``sdnn_dask.training.compare.EPOCH_LOSS_RTOL``), so the deviation is reported instead::
 
     python benchmarks/bench_training_loop.py [--layers 4 16 120] [--batches 32 256]
         [--epochs 5] [--partitions block hypergraph]
@@ -80,15 +83,17 @@ def _one(client: Client, data, layers: int, batch: int, args) -> list[tuple]:
     rng = np.random.default_rng(0)
     seconds: dict[str, list[float]] = {"serial": [], **{n: [] for n in trainers}}
     steps: dict[str, list] = {n: [] for n in trainers}
+    deviation = dict.fromkeys(trainers, 0.0)
     failures = []
     try:
         for epoch in range(args.epochs + 1):  # epoch 0 untimed: compilation, first sends
             ids = list(batches(data.x_train.shape[0], batch, rng))
             t0 = time.perf_counter()
             losses = [train_step(serial, data.x_train[i], data.y_train[i], optimizer,
-                                 workspace=workspace) * len(i) for i in ids]
+                                 workspace=workspace) for i in ids]
             elapsed = time.perf_counter() - t0
-            expected = sum(losses) / data.x_train.shape[0]
+            expected = sum(v * len(i) for v, i in zip(losses, ids, strict=True))
+            expected /= data.x_train.shape[0]
             if epoch:
                 seconds["serial"].append(elapsed)
             for name, trainer in trainers.items():
@@ -97,9 +102,12 @@ def _one(client: Client, data, layers: int, batch: int, args) -> list[tuple]:
                 elapsed = time.perf_counter() - t0
                 loss = sum(r.loss * len(i) for r, i in zip(results, ids, strict=True))
                 loss /= data.x_train.shape[0]
-                if not np.isclose(loss, expected, rtol=LOSS_RTOL, atol=0.0):
-                    failures.append(f"{layers} layers, batch {batch}, {name}, epoch "
-                                    f"{epoch}: loss {loss:.6g}, serial {expected:.6g}")
+                deviation[name] = max(deviation[name], abs(loss - expected) / expected)
+                if epoch == 0:
+                    got = [r.loss for r in results[:3]]
+                    if not np.allclose(got, losses[:3], rtol=LOSS_RTOL, atol=0.0):
+                        failures.append(f"{layers} layers, batch {batch}, {name}: first "
+                                        f"steps' losses {got}, serial {losses[:3]}")
                 if epoch:
                     seconds[name].append(elapsed)
                     steps[name] += results
@@ -110,7 +118,8 @@ def _one(client: Client, data, layers: int, batch: int, args) -> list[tuple]:
     lines = [(layers, batch, "serial", base, 1.0, None)]
     for name in trainers:
         epoch_s = statistics.median(seconds[name])
-        lines.append((layers, batch, name, epoch_s, base / epoch_s, _breakdown(steps[name])))
+        lines.append((layers, batch, name, epoch_s, base / epoch_s,
+                      {**_breakdown(steps[name]), "deviation": deviation[name]}))
     for failure in failures:
         print("FAIL", failure, flush=True)
     return lines, failures
@@ -128,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"digits: {data.x_train.shape[0]} training rows; 2 worker processes, k = 2; "
           f"medians of {args.epochs} epochs, interleaved", flush=True)
     header = ("| layers | batch | configuration | epoch s | vs serial | step ms | compute ms "
-              "| wait ms | send ms | exchange ms | overhead ms | MB/step |")
+              "| wait ms | send ms | exchange ms | overhead ms | MB/step | loss diff |")
     rows, failed = [], []
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster, Client(cluster) as client:
@@ -139,18 +148,18 @@ def main(argv: list[str] | None = None) -> int:
                 for layers_, batch_, name, epoch_s, ratio, b in lines:
                     cells = [str(layers_), str(batch_), name, f"{epoch_s:.3f}",
                              f"{ratio:.2f}"]
-                    cells += (["-"] * 7 if b is None else
+                    cells += (["-"] * 8 if b is None else
                               [f"{b[k]:.2f}" for k in ("step", "compute", "wait", "send",
                                                        "exchange", "overhead")]
-                              + [f"{b['mb']:.3g}"])
+                              + [f"{b['mb']:.3g}", f"{b['deviation']:.1e}"])
                     rows.append("| " + " | ".join(cells) + " |")
                     print(rows[-1], flush=True)
     print()
     print(header)
-    print("|" + "---|" * 12)
+    print("|" + "---|" * 13)
     print("\n".join(rows))
     if failed:
-        print(f"\n{len(failed)} epochs FAILED their loss check", file=sys.stderr)
+        print(f"\n{len(failed)} configurations FAILED their loss check", file=sys.stderr)
     return 1 if failed else 0
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from sdnn_dask.cli import Progress, main
 from sdnn_dask.cli.train import _write_training
-from sdnn_dask.training.compare import DIGITS_COLUMNS, STEP_COLUMNS
+from sdnn_dask.training.compare import DIGITS_COLUMNS, STEP_COLUMNS, digits_steps
 
 
 def test_train_runs_every_strategy_and_records_each_step(tmp_path, capsys):
@@ -63,8 +63,31 @@ def test_train_digits_writes_every_epoch(tmp_path, capsys):
     assert (epochs["check"] == "PASS").all()
     assert list(epochs["bytes_moved"] > 0) == [False, True]
     assert "held-out accuracy after 1 epochs:" in out
-    assert any(line.strip().startswith("data block: 0.") for line in out.splitlines())
+    assert any(line.strip().startswith("data block, batch 32: 0.") for line in out.splitlines())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["training-epochs.csv"]
+
+
+def test_train_digits_sweeps_batches_and_says_where_strategies_cross(tmp_path, capsys):
+    pytest.importorskip("sklearn", reason="scikit-learn not installed (pip install "
+                        "'sdnn_dask[train]'): the digits are not run")
+    code = main(["train", "--task", "digits", "--epochs", "2", "--batch", "64,256",
+                 "--row-groups", "1", "--workers", "2", "--results", str(tmp_path), "-q"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    epochs = pd.read_csv(tmp_path / "training-epochs.csv")
+    assert sorted(epochs["batch"].unique()) == [64, 256]
+    assert (epochs.groupby(["strategy", "batch"]).size() == 2).all()
+    assert (epochs["check"] == "PASS").all()
+    # data parallelism moves the same gradient a step whatever the batch, model
+    # parallelism in proportion to it: the crossover is said from the epochs' steps
+    steps = digits_steps(epochs, 1437)
+    data = steps[steps["strategy"] == "data"].groupby("batch")["bytes_moved"].median()
+    assert data[64] == pytest.approx(data[256], rel=1e-9)
+    model = steps[steps["strategy"] == "model"].groupby("batch")["bytes_moved"].median()
+    assert model[256] > 3 * model[64]
+    assert "per step, data against model parallelism:" in out
+    assert "whatever the batch" in out and "Model parallelism (block) moves" in out
+    assert "data block, batch 256: 0." in out
 
 
 def test_no_write_writes_nothing(tmp_path, capsys):
@@ -108,7 +131,7 @@ def test_the_report_without_matplotlib(tmp_path, monkeypatch):
     (["--task", "digits", "--data", "."], "--data: not an option of --task digits"),
     (["--task", "digits", "-N", "4096"], "the digits are 1024 features"),
     (["--task", "digits", "--epochs", "0"], "must be >= 1"),
-    (["--task", "digits", "--batch", "0"], "must be >= 1"),
+    (["--task", "digits", "--batch", "0"], "expected positive integers"),
     (["--lr", "0"], "lr must be positive"),
     (["--task", "digits", "--momentum", "1"], "momentum must be in [0, 1)"),
     (["--row-groups", "0"], "must be >= 1"),

@@ -282,8 +282,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--task steps: timed steps per batch size, after an untimed one (3)")
     p.add_argument("--epochs", type=POSITIVE, default=None,
                    help=f"--task digits: passes over the training digits ({DIGITS_EPOCHS})")
-    p.add_argument("--batch", type=POSITIVE, default=None,
-                   help=f"--task digits: rows per step ({DIGITS_BATCH})")
+    p.add_argument("--batch", type=_positive_list, default=None,
+                   help=f"--task digits: rows per step ({DIGITS_BATCH}); several, "
+                        "comma-separated, run each and say where data and model "
+                        "parallelism cross")
     p.add_argument("--model", default="block",
                    help="neuron partitions of the model-parallel runs, comma-separated "
                         f"({','.join(NEURON_PARTITIONS)}; none: no model-parallel runs) "

@@ -58,12 +58,12 @@ def _check_train_task(args: argparse.Namespace) -> None:
                              "trains a 1024-neuron network)")
         args.layers = args.layers or DIGITS_LAYERS
         args.epochs = DIGITS_EPOCHS if args.epochs is None else args.epochs
-        args.batch = args.batch or DIGITS_BATCH
+        args.batch = args.batch or [DIGITS_BATCH]
     else:
         args.layers = args.layers or 120
         args.batches = args.batches or [64, 512]
         args.steps = args.steps or 3
-    smallest = args.batch if args.task == "digits" else min(args.batches)
+    smallest = min(args.batch if args.task == "digits" else args.batches)
     if args.row_groups > smallest:
         raise UsageError(f"--row-groups {args.row_groups}: every hybrid row group needs a row "
                          f"of each batch, and the smallest batch has {smallest}")
@@ -135,7 +135,14 @@ def _write_training(folder: Path, steps, progress: Progress) -> list[Path]:
 
 
 def _train_digits(args: argparse.Namespace, partitions: list[str]) -> int:
-    from ..training.compare import compare_digits
+    import pandas as pd
+
+    from ..training.compare import (
+        compare_digits,
+        crossover,
+        crossover_sentences,
+        digits_steps,
+    )
     from ..training.digits import load_digits_1024
 
     progress = Progress(args.quiet)
@@ -146,28 +153,37 @@ def _train_digits(args: argparse.Namespace, partitions: list[str]) -> int:
     except ImportError as error:
         raise UsageError(str(error)) from error
     progress.say(f"digits: {len(data.y_train)} training rows, {len(data.y_test)} held out; "
-                 f"{args.layers} layers, {args.epochs} epochs of batch {args.batch}")
+                 f"{args.layers} layers, {args.epochs} epochs of batch "
+                 f"{', '.join(str(b) for b in args.batch)}")
+    runs = []
     with open_client(args, progress) as client:
-        epochs = compare_digits(client, layers=args.layers, epochs=args.epochs,
-                                batch=args.batch, strategies=_train_strategies(args),
-                                partitions=partitions, k=args.parts,
-                                row_groups=args.row_groups,
-                                seed=args.seed, lr=args.lr, momentum=args.momentum,
-                                data=data, progress=progress.say)
+        for batch in args.batch:
+            runs.append(compare_digits(client, layers=args.layers, epochs=args.epochs,
+                                       batch=batch, strategies=_train_strategies(args),
+                                       partitions=partitions, k=args.parts,
+                                       row_groups=args.row_groups, seed=args.seed,
+                                       lr=args.lr, momentum=args.momentum, data=data,
+                                       progress=progress.say))
+    epochs = pd.concat(runs, ignore_index=True)
     shown = epochs.assign(mb_moved=epochs["bytes_moved"] / 1e6)
     for column in ("loss", "serial_loss"):
         shown[column] = shown[column].map(lambda v: f"{v:.4f}")
     for column in ("train_accuracy", "test_accuracy"):
         shown[column] = shown[column].map(lambda v: f"{v:.3f}")
     print()
-    print(to_text(shown, ["strategy", "partition", "workers", "epoch", "loss",
+    print(to_text(shown, ["strategy", "partition", "workers", "batch", "epoch", "loss",
                                  "serial_loss", "train_accuracy", "test_accuracy", "seconds",
                                  "mb_moved", "check"]))
     print(f"\nheld-out accuracy after {args.epochs} epochs:")
-    for (strategy, partition), rows in epochs.groupby(["strategy", "partition"], sort=False):
-        print(f"  {strategy} {partition}: {rows['test_accuracy'].iloc[-1]:.3f} "
-              f"({rows['seconds'].sum():.1f} s of "
+    for (strategy, partition, batch), rows in epochs.groupby(["strategy", "partition",
+                                                              "batch"], sort=False):
+        print(f"  {strategy} {partition}, batch {batch}: {rows['test_accuracy'].iloc[-1]:.3f}"
+              f" ({rows['seconds'].sum():.1f} s of "
               f"training, {rows['bytes_moved'].sum() / 1e6:.1f} MB moved)")
+    steps = digits_steps(epochs, len(data.y_train))
+    cross = crossover(steps)
+    print("\nper step, data against model parallelism:")
+    print("\n".join(crossover_sentences(cross, steps)))
     if not args.no_write:
         path = args.results / "training-epochs.csv"
         with atomic_path(path) as tmp:

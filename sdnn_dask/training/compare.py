@@ -41,16 +41,28 @@ from .model import SparseModel, init_model
 from .model_parallel import ModelParallelTrainer
 from .optim import SGD
 
-__all__ = ["CROSSOVER_COLUMNS", "DIGITS_COLUMNS", "STEP_COLUMNS", "TRAINERS", "compare_digits",
-           "compare_training", "crossover", "crossover_sentences", "make_trainer", "runs",
-           "summarise", "training_markdown"]
+__all__ = [
+    "CROSSOVER_COLUMNS",
+    "DIGITS_COLUMNS",
+    "STEP_COLUMNS",
+    "TRAINERS",
+    "compare_digits",
+    "compare_training",
+    "crossover",
+    "crossover_sentences",
+    "digits_steps",
+    "make_trainer",
+    "runs",
+    "summarise",
+    "training_markdown",
+]
 
 #: The columns of :func:`compare_training`'s rows.
 STEP_COLUMNS = ["strategy", "partition", "workers", "row_groups", "batch", "step", "seconds",
                 "loss", "serial_loss", "bytes_moved", "check"]
 
 #: The columns of :func:`compare_digits`'s rows.
-DIGITS_COLUMNS = ["strategy", "partition", "workers", "row_groups", "epoch", "loss",
+DIGITS_COLUMNS = ["strategy", "partition", "workers", "row_groups", "batch", "epoch", "loss",
                   "serial_loss",
                   "train_accuracy", "test_accuracy", "seconds", "bytes_moved", "check"]
 
@@ -424,7 +436,8 @@ def compare_digits(client: Client, *, layers: int = 4, epochs: int = 5, batch: i
     Returns
     -------
     pandas.DataFrame
-        :data:`DIGITS_COLUMNS`, one row per strategy, partition and epoch (serial first):
+        :data:`DIGITS_COLUMNS`, one row per strategy, partition and epoch (serial first;
+        ``batch`` the batch size, for sweeps: see :func:`digits_steps`):
         ``loss`` the epoch's mean step loss, ``serial_loss`` the serial run's, the
         accuracies after the epoch, ``seconds`` of the epoch's steps, ``bytes_moved``
         between workers in the epoch (0 serial); ``check`` is ``PASS`` when the loss is
@@ -456,6 +469,18 @@ def compare_digits(client: Client, *, layers: int = 4, epochs: int = 5, batch: i
                  <= ACCURACY_TOL + 1e-12))
         frames.append(history.assign(strategy=strategy, partition=partition, workers=used,
                                      row_groups=row_groups_of(strategy, used, row_groups),
+                                     batch=batch,
                                      serial_loss=serial["loss"],
                                      check=np.where(ok, "PASS", "FAIL")))
     return pd.concat(frames, ignore_index=True)[DIGITS_COLUMNS]
+
+
+def digits_steps(epochs: pd.DataFrame, rows: int) -> pd.DataFrame:
+    """:func:`compare_digits`' epochs (of one or more batch sizes, ``rows`` training rows)
+    as what :func:`crossover` reads: per epoch, the mean seconds and bytes of a step
+    (an epoch's are ``ceil(rows / batch)`` steps). The first epoch of each run is left
+    out when there are more (its seconds include the workers' first calls)."""
+    later = epochs[epochs["epoch"] > 1] if (epochs["epoch"] > 1).any() else epochs
+    per_epoch = np.ceil(rows / later["batch"].to_numpy(float))
+    return later.assign(seconds=later["seconds"] / per_epoch,
+                        bytes_moved=later["bytes_moved"] / per_epoch)
