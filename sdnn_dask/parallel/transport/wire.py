@@ -206,6 +206,10 @@ class Wire:
     def close(self) -> None:
         """Stop listening and close every connection."""
         self._closing = True
+        try:  # wakes the thread blocked in accept(); close() alone would leave it there
+            self._listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self._listener.close()
         with self._lock:
             out, self._out = list(self._out.values()), {}
