@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import queue
 import socket
+import threading
 
 import numpy as np
 import pytest
@@ -78,3 +79,30 @@ def test_frames_keep_arrays_out_of_band():
     frames = _frames({"payload": x})
     assert len(frames) == 2 and frames[1].nbytes == x.nbytes  # the array, not a copy
     assert len(frames[0]) < 1000
+
+
+def _first_send(wire, start, i):
+    start.wait()
+    wire.send("tcp://b", {"op": "piece", "payload": i})
+
+
+def test_first_sends_from_two_threads_at_once_lose_no_peer():
+    """Two parts on one worker may open the connection to a peer at the same moment; a
+    second connection opened and closed again would read as a lost peer at the other end."""
+    for _ in range(5):
+        a, b, got, lost = _pair()
+        try:
+            start = threading.Barrier(4)
+
+            threads = [threading.Thread(target=_first_send, args=(a, start, i))
+                       for i in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert sorted(got.get(timeout=10)["payload"] for _ in threads) == [0, 1, 2, 3]
+            with pytest.raises(queue.Empty):
+                lost.get(timeout=0.2)
+        finally:
+            a.close()
+            b.close()

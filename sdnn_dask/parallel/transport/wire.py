@@ -128,6 +128,7 @@ class Wire:
         self._peers: dict[str, WireAddress] = {}
         self._out: dict[str, tuple[socket.socket, threading.Lock]] = {}
         self._lock = threading.Lock()
+        self._connecting = threading.Lock()
         self._closing = False
         self._accepted: list[socket.socket] = []
         threading.Thread(target=self._accept, name="sdnn-wire-accept", daemon=True).start()
@@ -148,16 +149,20 @@ class Wire:
             found = self._out.get(address)
             if found is not None:
                 return found
-            host, port, secret = self._peers[address]
-        sock = socket.create_connection((host, port))
-        _tune(sock)
-        sock.sendall(b"".join(_frames({"hello": secret, "sender": self.here})))
-        with self._lock:
-            if address in self._out:  # another thread connected first
-                sock.close()
+        # one thread connects at a time: a second connection, opened and closed again,
+        # would read as a lost peer at the other end
+        with self._connecting:
+            with self._lock:
+                found = self._out.get(address)
+                if found is not None:
+                    return found
+                host, port, secret = self._peers[address]
+            sock = socket.create_connection((host, port))
+            _tune(sock)
+            sock.sendall(b"".join(_frames({"hello": secret, "sender": self.here})))
+            with self._lock:
+                self._out[address] = (sock, threading.Lock())
                 return self._out[address]
-            self._out[address] = (sock, threading.Lock())
-            return self._out[address]
 
     def send(self, address: str, msg: dict[str, Any]) -> int:
         """Write ``msg`` to ``address`` from this thread; the bytes written. Raises
