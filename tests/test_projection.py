@@ -448,7 +448,11 @@ def test_real_calibration_reproduces_its_own_runs(real_records):
     rid = runs.loc[(runs["strategy"] == "model") & (runs["inputs"] == 3000), "run_id"].iloc[0]
     read = Survival.from_records(runs, layers, rid)
     assert read.nnz[1:].tolist() == profiles[1024, 12, 3000].nnz[1:].tolist()
-    assert math.isfinite(model.bandwidth)
+    # Bytes on loopback cost 0.1-0.5 ns each: a run's 21 MB is a few ms against per-layer
+    # noise of the same order, and moved bytes grow with the step, so NNLS may put the byte
+    # term at 0 (in 2 of 4 calibrations measured here). Its recovery is tested on synthetic
+    # records above; here, where it is fitted, it is a loopback's bandwidth.
+    assert math.isinf(model.bandwidth) or model.bandwidth > 2e8
     # the published projection from the calibration's own profile, carried over to 65536
     published = project_published(model)
     assert published["prediction"].seconds > 0
