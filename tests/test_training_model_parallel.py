@@ -293,3 +293,36 @@ def test_every_trainer_on_a_threaded_cluster():
         finally:
             for trainer in trainers:
                 trainer.close()
+
+
+@pytest.mark.parametrize("k, method", [(2, "block"), (3, "random"), (4, "hash")])
+def test_the_direct_tiles_hold_every_input_where_the_slice_reads_it(k, method):
+    """The own-output layout (direct transport): layer l-1 writes its outputs into the
+    head of layer l's tile (the same memory: nothing is gathered), each peer's piece goes
+    whole into its block, and then every column id of ``W^T`` and row of ``W`` points at
+    the tile row holding the neuron it names. Checked with neuron ids as the values."""
+    from sdnn_dask.training.direct import _PartWorkspace
+    from sdnn_dask.training.parts import slice_model
+
+    rng = np.random.default_rng(5)
+    model = init_model(_pattern(rng, 48, 4), 3, seed=2)
+    parts = slice_model(_partition(model, k, method), model, 0.1, 0.0, 0.0)
+    rows = 3
+    spaces = [_PartWorkspace(state, state.part, rows) for state in parts]
+    for layer in range(2, model.n_layers + 1):
+        for p, (state, ws) in enumerate(zip(parts, spaces, strict=True)):
+            sl = state.layers[layer - 1]
+            tile, head = ws.inputs[layer - 1], ws.outputs[layer - 2]
+            assert np.shares_memory(tile, head) and head.shape[0] == len(
+                state.layers[layer - 2].own)
+            head[...] = state.layers[layer - 2].own[:, None]  # what layer l-1 writes
+            for q, block in ws.blocks[layer - 1].items():
+                below_q = parts[q].layers[layer - 2]
+                tile[block] = below_q.own[below_q.send[p]][:, None]  # q's piece
+            np.testing.assert_array_equal(tile[ws.tile_rows[layer - 1], 0], sl.needed)
+            np.testing.assert_array_equal(tile[ws.wt_indices[layer - 1], 1],
+                                          sl.needed[sl.wt.indices])
+            # backward: a peer's partial errors are its block, in its fetch order
+            for q, block in ws.blocks[layer - 1].items():
+                np.testing.assert_array_equal(
+                    ws.tile_rows[layer - 1][sl.fetch[q]], np.arange(block.start, block.stop))

@@ -125,12 +125,13 @@ def delta_t(dyt: np.ndarray, yt: np.ndarray, ymax: float, out: np.ndarray | None
 
 
 @numba.njit(nogil=True, cache=True, fastmath=_FAST)
-def _backward_step(dt, ypt, wp, wi, wx, dypt, grad, db, row_tile, order, want_dy, mask,
-                   ymax):  # pragma: no cover
-    """Over the stored ``q`` of each row ``i`` of ``W`` (CSR ``wp, wi, wx``):
-    ``dypt[i] = sum_q wx[q] dt[wi[q]]`` (if ``want_dy``; then masked by
-    ``0 < ypt[i] < ymax`` and summed into ``db[i]`` if ``mask``) and
-    ``grad[q] = <ypt[i], dt[wi[q]]>``, in runs of ``row_tile`` rows. Only the rows in
+def _backward_step(dt, ypt, wp, wi, wx, dypt, grad, db, row_tile, order, tile_rows,
+                   want_dy, mask, ymax):  # pragma: no cover
+    """Over the stored ``q`` of each row ``i`` of ``W`` (CSR ``wp, wi, wx``), with
+    ``t = tile_rows[i]`` (row ``i``'s row in the tiles ``ypt`` and ``dypt``):
+    ``dypt[t] = sum_q wx[q] dt[wi[q]]`` (if ``want_dy``; then masked by
+    ``0 < ypt[t] < ymax`` and summed into ``db[i]`` if ``mask``) and
+    ``grad[q] = <ypt[t], dt[wi[q]]>``, in runs of ``row_tile`` rows. Only the rows in
     ``order`` are visited (and their entries of ``grad`` and ``db`` written): two calls
     on complementary orders give what one call on both would."""
     rows = dt.shape[1]
@@ -147,8 +148,9 @@ def _backward_step(dt, ypt, wp, wi, wx, dypt, grad, db, row_tile, order, want_dy
         m = r1 - r0
         for ii in range(n_in):
             i = order[ii]
-            y = ypt[i, r0:r1]
-            dst = dypt[i, r0:r1]
+            t = tile_rows[i]
+            y = ypt[t, r0:r1]
+            dst = dypt[t, r0:r1]
             if want_dy:
                 for r in range(m):
                     dst[r] = 0.0
@@ -239,7 +241,8 @@ def _identity(n: int) -> np.ndarray:
 
 def layer_backward_t(dt: np.ndarray, ypt: np.ndarray, w: sp.csr_matrix,
                      dypt: np.ndarray | None = None, order: np.ndarray | None = None, *,
-                     mask_ymax: float | None = None, grad: np.ndarray | None = None
+                     mask_ymax: float | None = None, grad: np.ndarray | None = None,
+                     tile_rows: np.ndarray | None = None
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """``dY_prev^T = W @ delta^T`` and the sampled weight gradient, in one pass over ``W``.
 
@@ -258,6 +261,11 @@ def layer_backward_t(dt: np.ndarray, ypt: np.ndarray, w: sp.csr_matrix,
     grad
         Where to write the sampled gradient (``w.nnz`` float32); default new. With an
         ``order`` of some rows, only their entries are written.
+    tile_rows
+        Row ``i`` of ``W``'s row in the tiles ``ypt`` and ``dypt`` (int64, default
+        ``i``): a model-parallel part's tile holds its inputs in the order they arrive
+        (its own outputs, then each peer's piece), not in ``W``'s order, and may have
+        rows no entry of ``W`` reads. The sums are the same, in the same order.
     mask_ymax
         If given, ``Y_prev`` is itself a layer's output clamped at ``mask_ymax``, and
         ``dypt`` receives the layer below's ``delta^T = dY_prev^T * [0 < Y_prev^T <
@@ -280,8 +288,10 @@ def layer_backward_t(dt: np.ndarray, ypt: np.ndarray, w: sp.csr_matrix,
         grad = np.empty(w.nnz, np.float32)
     mask = mask_ymax is not None
     db = np.empty(w.shape[0] if mask else 0, np.float32)
+    identity = _identity(w.shape[0])
     _backward_step(dt, ypt, w.indptr, w.indices, w.data, dypt, grad, db, ROW_TILE,
-                   _identity(w.shape[0]) if order is None else order, True, mask,
+                   identity if order is None else order,
+                   identity if tile_rows is None else tile_rows, True, mask,
                    np.float32(mask_ymax if mask else 0.0))
     return dypt, grad, db if mask else None
 
@@ -296,8 +306,9 @@ def sampled_gradient_t(ypt: np.ndarray, dt: np.ndarray, w: sp.csr_matrix,
     if grad is None:
         grad = np.empty(w.nnz, np.float32)
     # dypt is never written when want_dy is false: pass ypt in its place
+    identity = _identity(w.shape[0])
     _backward_step(dt, ypt, w.indptr, w.indices, w.data, ypt, grad, grad[:0], ROW_TILE,
-                   _identity(w.shape[0]) if order is None else order, False, False,
+                   identity if order is None else order, identity, False, False,
                    np.float32(0.0))
     return grad
 

@@ -61,7 +61,6 @@ from ..parallel.transport.slot import joined_run
 from .compiled import (
     delta_t,
     gather_delta,
-    gather_rows,
     layer_backward_t,
     sampled_gradient_t,
 )
@@ -90,7 +89,18 @@ def _split(order: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 class _PartWorkspace:
-    """A part's per-layer tiles for one batch size, and the split visiting orders.
+    """A part's per-layer tiles for one batch size, their layout, and the split visiting
+    orders.
+
+    **Own-output layout.** Layer ``l``'s input tile (``l >= 2``) holds first every neuron
+    the part owns at level ``l-1``, in the order of its own outputs, then each peer's piece
+    in part order, in the order the peer sends it. Layer ``l-1`` writes its outputs
+    straight into the head of that tile, and a peer's piece is copied whole into its
+    block: nothing is gathered row by row. The slice's ``W^T`` column ids and ``W``'s rows
+    are mapped to tile rows (``wt_indices``, ``tile_rows``); the sums keep their order,
+    so the steps are bit for bit those of the gathered layout (and of the graph
+    transport). Backward, the partial errors use the same layout, so the part's own are
+    already where its sum reads them and each peer's is one contiguous block.
 
     Forward, a part forms first the neurons other parts read in the next layer
     (``boundary``), sends them, then the rest; backward, it forms first the partial
@@ -101,14 +111,45 @@ class _PartWorkspace:
     def __init__(self, state: Any, part: int, rows: int):
         self.rows = rows
         layers = state.layers
-        self.inputs = [np.empty((len(sl.needed), rows), np.float32) for sl in layers]
-        self.outputs = [np.empty((len(sl.own), rows), np.float32) for sl in layers]
+        n_layers = len(layers)
+        self.blocks: list[dict[int, slice]] = []   # peer -> its piece's rows in the tile
+        self.wt_indices: list[np.ndarray] = []
+        self.tile_rows: list[np.ndarray | None] = []
+        self.inputs: list[np.ndarray | None] = []
+        for index, sl in enumerate(layers):
+            if index == 0:  # the batch itself: no layout
+                self.blocks.append({})
+                self.wt_indices.append(sl.wt.indices)
+                self.tile_rows.append(None)
+                self.inputs.append(None)
+                continue
+            head = len(layers[index - 1].own)
+            tile_rows = np.full(len(sl.needed), -1, np.int64)
+            if part in sl.fetch:
+                tile_rows[sl.fetch[part]] = layers[index - 1].send[part]
+            blocks, offset = {}, head
+            for q in sorted(q for q in sl.fetch if q != part):
+                n = len(sl.fetch[q])
+                blocks[q] = slice(offset, offset + n)
+                tile_rows[sl.fetch[q]] = np.arange(offset, offset + n)
+                offset += n
+            if (tile_rows < 0).any():
+                raise AssertionError(f"layer {index + 1}: an input of part {part} has no "
+                                     "owner")
+            self.blocks.append(blocks)
+            self.tile_rows.append(tile_rows)
+            self.wt_indices.append(tile_rows[sl.wt.indices].astype(sl.wt.indices.dtype))
+            self.inputs.append(np.empty((offset, rows), np.float32))
+        # each layer's outputs: the head of the next layer's tile, the top's its own
+        self.outputs = [self.inputs[i + 1][:len(sl.own)] if i + 1 < n_layers
+                        else np.empty((len(sl.own), rows), np.float32)
+                        for i, sl in enumerate(layers)]
         self.dyt = np.empty(max(len(sl.own) for sl in layers) * rows, np.float32)
         # partial errors: two tiles used in turn, since a layer's own partials are read
         # by the sum of the layer below
-        size = max(len(sl.needed) for sl in layers) * rows
+        size = max(t.shape[0] for t in self.inputs if t is not None) * rows if n_layers > 1 else 0
         self._partials = [np.empty(size, np.float32), np.empty(size, np.float32)]
-        self.forward, self.backward, self.ranges = [], [], {}
+        self.forward, self.backward = [], []
         for sl in layers:
             read = [ix for q, ix in sl.send.items() if q != part]
             self.forward.append(_split(sl.order_fwd, np.concatenate(read) if read
@@ -116,21 +157,17 @@ class _PartWorkspace:
             owned = [ix for q, ix in sl.fetch.items() if q != part]
             self.backward.append(_split(sl.order_bwd, np.concatenate(owned) if owned
                                         else np.zeros(0, np.int64)))
-            for ix in list(sl.fetch.values()) + list(sl.send.values()):
-                if len(ix) not in self.ranges:
-                    self.ranges[len(ix)] = np.arange(len(ix), dtype=np.int64)
         # backward, per layer below the top: where each neuron's partial errors come
-        # from (source 0 this part's own, then its readers in part order), as CSR
-        self.sums = [sum_plan(sl, part, layers[i + 1].fetch.get(part))
-                     if i + 1 < len(layers) else None for i, sl in enumerate(layers)]
+        # from (source 0 this part's own, at its own row of the tile above; then its
+        # readers' pieces in part order), as CSR
+        self.sums = [sum_plan(sl, part, sl.send.get(part))
+                     if i + 1 < n_layers else None for i, sl in enumerate(layers)]
 
-    def arange(self, n: int) -> np.ndarray:
-        return self.ranges[n]
-
-    def partials(self, layer: int, needed: int) -> np.ndarray:
-        """Layer ``layer``'s partial errors tile, ``needed x rows``."""
+    def partials(self, layer: int) -> np.ndarray:
+        """Layer ``layer``'s partial errors tile, laid out as its input tile."""
         flat = self._partials[layer % 2]
-        return flat[:needed * self.rows].reshape(needed, self.rows)
+        tile = self.inputs[layer - 1]
+        return flat[:tile.size].reshape(tile.shape)
 
 
 def _workspace(state: Any, part: int, rows: int) -> _PartWorkspace:
@@ -155,26 +192,26 @@ def _part_forward_backward(slot: Slot, state: Any, x_t: np.ndarray, labels: np.n
         if layer == 1:
             tile = x_t
         else:
+            # its own outputs are in the tile's head already; each peer's piece is copied
+            # whole into its block
             tile = ws.inputs[layer - 1]
-            below = layers[layer - 2]
-            if part in sl.fetch:  # its own columns first, while the peers' travel
-                gather_rows(tile, sl.fetch[part], below.outputs, below.send[part])
-            others = [q for q in sl.fetch if q != part]
-            for q, piece in slot.receive(FORWARD, layer, sorted(others)).items():
-                gather_rows(tile, sl.fetch[q], piece, ws.arange(len(piece)))
+            blocks = ws.blocks[layer - 1]
+            for q, piece in slot.receive(FORWARD, layer, sorted(blocks)).items():
+                tile[blocks[q]] = piece
         sl.wt.data[:] = sl.w.data[sl.to_t]  # w changed in the last update
         out = ws.outputs[layer - 1]
+        indices = ws.wt_indices[layer - 1]
         boundary, interior = ws.forward[layer - 1]
         if layer < n_layers and len(boundary):
-            dense_step(tile, sl.wt.indptr, sl.wt.indices, sl.wt.data, sl.bias, ymax, out,
+            dense_step(tile, sl.wt.indptr, indices, sl.wt.data, sl.bias, ymax, out,
                        ROW_TILE, boundary)
             for p, ix in sl.send.items():  # to the other parts that read them
                 if p != part:
                     slot.send(FORWARD, "forward", group, layer + 1, p, part, out[ix])
-            dense_step(tile, sl.wt.indptr, sl.wt.indices, sl.wt.data, sl.bias, ymax, out,
+            dense_step(tile, sl.wt.indptr, indices, sl.wt.data, sl.bias, ymax, out,
                        ROW_TILE, interior)
         else:
-            dense_step(tile, sl.wt.indptr, sl.wt.indices, sl.wt.data, sl.bias, ymax, out,
+            dense_step(tile, sl.wt.indptr, indices, sl.wt.data, sl.bias, ymax, out,
                        ROW_TILE, sl.order_fwd)
         sl.inputs, sl.outputs = tile, out
         slot.check_sends()
@@ -224,14 +261,18 @@ def _part_forward_backward(slot: Slot, state: Any, x_t: np.ndarray, labels: np.n
             delta = dyt
         grad = np.empty(sl.w.nnz, np.float32)
         if layer > 1:
-            sl.partial = ws.partials(layer, len(sl.needed))
+            sl.partial = ws.partials(layer)
             remote, own = ws.backward[layer - 1]
-            layer_backward_t(delta, sl.inputs, sl.w, sl.partial, remote, grad=grad)
-            for q, ix in sl.fetch.items():  # back to the owners of the inputs it read
-                if q != part:
-                    slot.send(BACKWARD, "backward", group, layer - 1, q, part,
-                              sl.partial[ix])
-            layer_backward_t(delta, sl.inputs, sl.w, sl.partial, own, grad=grad)
+            rows_of = ws.tile_rows[layer - 1]
+            layer_backward_t(delta, sl.inputs, sl.w, sl.partial, remote, grad=grad,
+                             tile_rows=rows_of)
+            for q, block in ws.blocks[layer - 1].items():  # back to the inputs' owners
+                # a copy: the tile is written again two layers down, maybe before a
+                # same-worker reader has summed it
+                slot.send(BACKWARD, "backward", group, layer - 1, q, part,
+                          sl.partial[block].copy())
+            layer_backward_t(delta, sl.inputs, sl.w, sl.partial, own, grad=grad,
+                             tile_rows=rows_of)
         else:
             sampled_gradient_t(sl.inputs, delta, sl.w, sl.order_bwd, grad=grad)
         sl.grad_w = grad
