@@ -106,3 +106,169 @@ def test_first_sends_from_two_threads_at_once_lose_no_peer():
         finally:
             a.close()
             b.close()
+
+
+# -- the shared-memory ring between workers of one host ---------------------------------
+
+def _ring_pair(size):
+    got: queue.Queue = queue.Queue()
+    lost: queue.Queue = queue.Queue()
+    a = Wire("127.0.0.1", "tcp://a", deliver=got.put, lost=lost.put, ring=size)
+    b = Wire("127.0.0.1", "tcp://b", deliver=got.put, lost=lost.put, ring=size)
+    a.know({"tcp://b": b.address})
+    b.know({"tcp://a": a.address})
+    return a, b, got, lost
+
+
+def test_large_buffers_go_by_the_ring_round_and_round_in_order():
+    """A 1 MiB ring carries 40 MB of pieces of mixed sizes (so it wraps, and skips the
+    rest of a round a piece would cross); small ones and one too large for the ring take
+    the socket; every piece arrives whole and in order, whoever reads them."""
+    a, b, got, lost = _ring_pair(1 << 20)
+    rng = np.random.default_rng(0)
+    try:
+        sizes = [int(s) for s in rng.integers(4_000, 130_000, 300)] + [10, 200_000, 3]
+        arrays = [rng.standard_normal(n).astype(np.float32) for n in sizes]
+        written = 0
+        for i, x in enumerate(arrays):
+            payload = pack(x)[0] if i % 2 else x
+            written += a.send("tcp://b", {"op": "piece", "layer": i, "payload": payload})
+        for i, x in enumerate(arrays):
+            msg = got.get(timeout=30)
+            assert msg["layer"] == i
+            np.testing.assert_array_equal(unpack(msg["payload"]), x)
+        ringed = a.ring_bytes()
+        # every piece of 16 KiB up to half the ring went by it, nothing else
+        assert ringed == sum(x.nbytes for x in arrays if (16 << 10) <= x.nbytes <= 1 << 19)
+        assert ringed > 20 * (1 << 20)  # round and round
+        assert written >= sum(x.nbytes for x in arrays)  # the bytes moved, either way
+        assert lost.empty()
+    finally:
+        a.close()
+        b.close()
+
+
+def test_messages_of_several_large_buffers_share_one_span_and_never_wait_on_themselves():
+    """A message's buffers are released only once its header is read, so at most half
+    the ring's worth of them goes into it, side by side (the rest by the socket): a later
+    one waiting for space only the earlier ones' release would free would wait for ever
+    (the hang this test caught: it fails with no cap)."""
+    a, b, got, lost = _ring_pair(1 << 20)
+    rng = np.random.default_rng(1)
+    messages = [tuple(rng.standard_normal(int(n)).astype(np.float32)
+                      for n in rng.integers(20_000, 120_000, int(rng.integers(2, 5))))
+                for _ in range(200)]
+    errors: list[BaseException] = []
+
+    def send_all():
+        try:
+            for i, arrays in enumerate(messages):
+                a.send("tcp://b", {"op": "piece", "layer": i, "payload": arrays})
+        except BaseException as error:  # reported below, in the test thread
+            errors.append(error)
+
+    sender = threading.Thread(target=send_all, daemon=True)
+    try:
+        sender.start()
+        for i, arrays in enumerate(messages):
+            msg = got.get(timeout=30)
+            assert msg["layer"] == i
+            for x, y in zip(arrays, msg["payload"], strict=True):
+                np.testing.assert_array_equal(y, x)
+        sender.join(timeout=30)
+        assert not sender.is_alive() and not errors
+        assert a.ring_bytes() > 40 * (1 << 20)  # the ring carried most of it
+        assert lost.empty()
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_ring_leaves_no_file_behind():
+    """The reader unlinks the ring once it has mapped it; nothing is left in /dev/shm."""
+    import glob
+    import os
+    before = set(glob.glob("/dev/shm/sdnn-wire-*"))
+    a, b, got, _ = _ring_pair(1 << 20)
+    try:
+        a.send("tcp://b", {"op": "piece", "payload": np.ones(100_000, np.float32)})
+        got.get(timeout=10)
+        assert a.ring_bytes() == 400_000
+        mine = set(glob.glob(f"/dev/shm/sdnn-wire-{os.getpid()}-*")) - before
+        assert not mine
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_reader_that_cannot_map_the_ring_gets_everything_by_the_socket(monkeypatch):
+    """Another host's reader finds no such file: it answers no, and the socket carries
+    every byte (the sender's ring is closed and unlinked)."""
+    from sdnn_dask.parallel.transport import ring as ring_module
+    monkeypatch.setattr(ring_module.Ring, "attach", classmethod(lambda cls, p, t: None))
+    a, b, got, lost = _ring_pair(1 << 20)
+    try:
+        x = np.arange(200_000, dtype=np.float32)
+        a.send("tcp://b", {"op": "piece", "payload": x})
+        np.testing.assert_array_equal(unpack(got.get(timeout=10)["payload"]), x)
+        assert a.ring_bytes() == 0
+        assert lost.empty()
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_sender_waiting_for_ring_space_stops_when_the_reader_is_gone():
+    """A reader that dies releases nothing: the sender waiting for space raises (as a
+    send to a lost peer does) instead of waiting for ever."""
+    import time
+
+    got: queue.Queue = queue.Queue()
+    b = Wire("127.0.0.1", "tcp://b", deliver=lambda m: time.sleep(3600), lost=got.put)
+    a = Wire("127.0.0.1", "tcp://a", deliver=got.put, lost=got.put, ring=1 << 20)
+    a.know({"tcp://b": b.address})
+    try:
+        x = np.ones(100_000, np.float32)  # 400 kB: the third fills the ring
+        a.send("tcp://b", {"op": "piece", "payload": x})  # b's reader takes it, then sleeps
+        time.sleep(0.2)
+        a.send("tcp://b", {"op": "piece", "payload": x})
+        a.send("tcp://b", {"op": "piece", "payload": x})
+        done: queue.Queue = queue.Queue()
+
+        def blocked():
+            try:
+                a.send("tcp://b", {"op": "piece", "payload": x})
+                done.put(None)
+            except OSError as error:
+                done.put(error)
+
+        t = threading.Thread(target=blocked, daemon=True)
+        t.start()
+        with pytest.raises(queue.Empty):  # waiting for space
+            done.get(timeout=0.5)
+        t0 = time.perf_counter()
+        b.close()  # its sockets close, as a killed worker's do
+        error = done.get(timeout=10)
+        assert isinstance(error, OSError), error
+        assert time.perf_counter() - t0 < 2.0
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("16 MiB", 16 << 20), ("64 kB", 64_000), (1 << 20, 1 << 20), (0, 0), ("0", 0),
+    (False, 0), (None, 0)])
+def test_the_ring_size_is_read_from_the_config(value, expected):
+    import dask.config
+
+    from sdnn_dask.parallel.transport.exchange import wire_ring_bytes
+
+    with dask.config.set({"sdnn.transport.wire-ring": value}):
+        assert wire_ring_bytes() == expected
+
+
+def test_the_default_ring_is_the_shipped_config():
+    from sdnn_dask.parallel.transport.exchange import wire_ring_bytes
+
+    assert wire_ring_bytes() == 16 << 20

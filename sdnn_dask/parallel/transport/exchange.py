@@ -36,12 +36,14 @@ from collections.abc import Iterable
 from concurrent.futures import Future as ConcurrentFuture
 from typing import Any
 
+from dask.utils import parse_bytes
 from distributed import WorkerPlugin
 from distributed.comm import connect, get_address_host
 from distributed.comm.core import CommClosedError
 from distributed.core import Status
 from distributed.protocol import Serialize, Serialized, deserialize, serialize, to_serialize
 
+from ... import config
 from ..faults import WorkerLostError
 from .wire import Wire, WireAddress
 
@@ -60,6 +62,15 @@ CLOSED_TOKENS = 4096
 #: (``LocalCluster(processes=False)``) hand pieces to each other directly.
 _IN_PROCESS: dict[str, PieceExchange] = {}
 _IN_PROCESS_LOCK = threading.Lock()
+
+
+def wire_ring_bytes() -> int:
+    """The shared-memory ring a wire offers each peer on its host (``sdnn.transport.
+    wire-ring``: bytes, or a size such as ``"16 MiB"``; 0 or false: none)."""
+    value = config.get("transport.wire-ring", "16 MiB")
+    if value in (None, False, 0, "0"):
+        return 0
+    return int(parse_bytes(value)) if isinstance(value, str) else int(value)
 
 
 class RunAborted(RuntimeError):
@@ -309,7 +320,7 @@ class PieceExchange(WorkerPlugin):
             if self.wire is None:
                 self.wire = Wire(get_address_host(self.worker.address), self.worker.address,
                                  deliver=lambda msg: self._file(msg, time.time()),
-                                 lost=self._peer_lost)
+                                 lost=self._peer_lost, ring=wire_ring_bytes())
             return self.wire.address
 
     def know_wires(self, table: dict[str, WireAddress | None]) -> int:

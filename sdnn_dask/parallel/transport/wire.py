@@ -12,7 +12,12 @@ pieces in sequence, so :class:`Wire` gives each worker process:
   in the exchange's mailbox as it arrives;
 * one outgoing socket per peer, written by the sending thread itself (``sendall``, under
   a lock per peer; the reader at the other end always drains it, so a send never waits
-  on the receiver's compute).
+  on the receiver's compute);
+* between workers of one host, a shared-memory :class:`~.ring.Ring` per connection for
+  the large buffers (at least :data:`RING_MIN` bytes): the socket carries their place
+  in it, not their bytes, which saves the kernel's copies and the TCP stack's work on
+  both ends (offered in the hello, taken if the reader can map it, else the socket
+  carries everything).
 
 Only for plain ``tcp://`` clusters (a TLS cluster's pieces keep to its comms, which carry
 its credentials), and only between workers whose wire addresses the client has handed
@@ -21,8 +26,9 @@ opens with the listener's secret (random per worker, handed out with its address
 connection that does not is closed unread. A connection that breaks tells the exchange
 its peer is lost, as a broken comm does.
 
-Frames: a fixed prefix (magic, header length, buffer count), the buffer lengths, the
-header (the message pickled, its payload's frames left out of band) and the buffers.
+Frames: a fixed prefix (magic, header length, buffer count), per buffer its length and
+where it is (0: on the socket, after the header; else its ring position + 1), the header
+(the message pickled, its payload's frames left out of band) and the socket's buffers.
 """
 
 from __future__ import annotations
@@ -38,10 +44,19 @@ from typing import Any
 
 from distributed.protocol import Serialized
 
+from .ring import Ring
+
 #: A frame's prefix: magic, header bytes, buffers.
 PREFIX = struct.Struct("!4sQI")
 MAGIC = b"SDNW"
-LENGTH = struct.Struct("!Q")
+ENTRY = struct.Struct("!QQ")  # a buffer's length, and where it is
+
+#: Buffers from this size on go by the ring where there is one: below it the socket's
+#: cost is the call's, not the bytes'.
+RING_MIN = 16 << 10
+
+#: How long a new connection waits for the reader's answer to the ring it offers.
+HANDSHAKE_TIMEOUT = 30.0
 
 #: Where a wire listens and the secret it wants: (host, port, secret as hex).
 WireAddress = tuple[str, int, str]
@@ -73,9 +88,12 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytearray:
     return out
 
 
-def _frames(msg: dict[str, Any]) -> list[Any]:
+def _frames(msg: dict[str, Any],
+            place: Callable[[list[memoryview]], list[int]] | None = None) -> list[Any]:
     """A message as the buffers of one frame: a Serialized payload's frames travel as
-    they are (not copied); everything else is pickled, arrays out of band."""
+    they are (not copied); everything else is pickled, arrays out of band.
+    ``place(buffers)``, if given, puts some elsewhere (a ring) and says where each is
+    (0: it stays in the frame)."""
     payload = msg.get("payload")
     buffers: list[Any] = []
     if isinstance(payload, Serialized):
@@ -85,19 +103,28 @@ def _frames(msg: dict[str, Any]) -> list[Any]:
     else:
         header = pickle.dumps(msg, protocol=5,
                               buffer_callback=lambda b: buffers.append(b.raw()))
-    lengths = b"".join(LENGTH.pack(b.nbytes) for b in buffers)
-    return [PREFIX.pack(MAGIC, len(header), len(buffers)) + lengths + header, *buffers]
+    where = place(buffers) if place is not None else [0] * len(buffers)
+    entries = b"".join(ENTRY.pack(b.nbytes, w) for b, w in zip(buffers, where, strict=True))
+    inline = [b for b, w in zip(buffers, where, strict=True) if w == 0]
+    return [PREFIX.pack(MAGIC, len(header), len(buffers)) + entries + header, *inline]
 
 
-def read_frame(sock: socket.socket) -> dict[str, Any]:
-    """One message from ``sock`` (the inverse of :func:`_frames`)."""
+def read_frame(sock: socket.socket, ring: Ring | None = None) -> dict[str, Any]:
+    """One message from ``sock`` and its ``ring`` (the inverse of :func:`_frames`)."""
     magic, header_bytes, n = PREFIX.unpack(_recv_exactly(sock, PREFIX.size))
     if magic != MAGIC:
         raise ConnectionError("not an sdnn wire frame")
-    raw = _recv_exactly(sock, LENGTH.size * n)
-    lengths = [LENGTH.unpack_from(raw, LENGTH.size * i)[0] for i in range(n)]
+    raw = _recv_exactly(sock, ENTRY.size * n)
+    entries = [ENTRY.unpack_from(raw, ENTRY.size * i) for i in range(n)]
     header = _recv_exactly(sock, header_bytes)
-    buffers = [_recv_exactly(sock, k) for k in lengths]
+    buffers = []
+    for nbytes, where in entries:
+        if where == 0:
+            buffers.append(_recv_exactly(sock, nbytes))
+        elif ring is None:
+            raise ConnectionError("a frame points into a ring this connection has not")
+        else:
+            buffers.append(ring.take(where - 1, nbytes))
     msg = pickle.loads(header, buffers=buffers)
     if "serialized" in msg:  # a Serialized payload: its frames were the buffers
         msg["payload"] = Serialized(msg.pop("serialized"), buffers)
@@ -117,16 +144,20 @@ class Wire:
         ``deliver(msg)``: file a message that arrived.
     lost
         ``lost(address)``: the connection from that worker broke.
+    ring
+        Data bytes of the shared-memory ring offered to each peer on this host (0: none,
+        the socket carries everything).
     """
 
     def __init__(self, host: str, here: str, deliver: Callable[[dict[str, Any]], None],
-                 lost: Callable[[str], None]):
+                 lost: Callable[[str], None], *, ring: int = 0):
         self.here, self._deliver, self._lost = here, deliver, lost
+        self._ring_size = ring
         self.secret = secrets.token_hex(16)
         self._listener = socket.create_server((host, 0))
         self.address: WireAddress = (host, self._listener.getsockname()[1], self.secret)
         self._peers: dict[str, WireAddress] = {}
-        self._out: dict[str, tuple[socket.socket, threading.Lock]] = {}
+        self._out: dict[str, tuple[socket.socket, threading.Lock, Ring | None]] = {}
         self._lock = threading.Lock()
         self._connecting = threading.Lock()
         self._closing = False
@@ -144,7 +175,12 @@ class Wire:
 
     # -- sending ----------------------------------------------------------------------
 
-    def _connection(self, address: str) -> tuple[socket.socket, threading.Lock]:
+    def ring_bytes(self) -> int:
+        """Bytes sent so far by the rings of this wire's connections (open ones)."""
+        with self._lock:
+            return sum(r.bytes for _, _, r in self._out.values() if r is not None)
+
+    def _connection(self, address: str) -> tuple[socket.socket, threading.Lock, Ring | None]:
         with self._lock:
             found = self._out.get(address)
             if found is not None:
@@ -159,26 +195,45 @@ class Wire:
                 host, port, secret = self._peers[address]
             sock = socket.create_connection((host, port))
             _tune(sock)
-            sock.sendall(b"".join(_frames({"hello": secret, "sender": self.here})))
+            ring = (Ring.create(self._ring_size)
+                    if self._ring_size and host == self.address[0] else None)
+            hello = {"hello": secret, "sender": self.here}
+            if ring is not None:
+                hello.update(ring=ring.path, ring_token=ring.token.hex())
+            try:
+                sock.sendall(b"".join(_frames(hello)))
+                if ring is not None:
+                    ring = _ring_answer(sock, ring)
+            except OSError:
+                sock.close()
+                if ring is not None:
+                    ring.close()
+                raise
             with self._lock:
-                self._out[address] = (sock, threading.Lock())
+                self._out[address] = (sock, threading.Lock(), ring)
                 return self._out[address]
 
     def send(self, address: str, msg: dict[str, Any]) -> int:
         """Write ``msg`` to ``address`` from this thread; the bytes written. Raises
         ``OSError`` if the connection fails (then it is dropped)."""
-        sock, lock = self._connection(address)
-        frames = _frames(msg)
+        sock, lock, ring = self._connection(address)
         with lock:
+            before = ring.bytes if ring is not None else 0
             try:
+                frames = _frames(msg, _placer(ring, sock) if ring is not None else None)
                 for frame in frames:
                     sock.sendall(frame)
-            except OSError:
+            except (OSError, ValueError) as error:  # ValueError: the ring closed under it
                 with self._lock:
                     self._out.pop(address, None)
                 sock.close()
-                raise
-        return sum(memoryview(f).nbytes for f in frames)
+                if ring is not None:
+                    ring.close()
+                if isinstance(error, OSError):
+                    raise
+                raise ConnectionError(f"the connection closed: {error}") from error
+            ringed = ring.bytes - before if ring is not None else 0
+        return sum(memoryview(f).nbytes for f in frames) + ringed
 
     # -- receiving --------------------------------------------------------------------
 
@@ -194,19 +249,24 @@ class Wire:
                              daemon=True).start()
 
     def _read(self, sock: socket.socket) -> None:
-        sender = None
+        sender, ring = None, None
         try:
             hello = read_frame(sock)
             if not hmac.compare_digest(str(hello.get("hello", "")), self.secret):
                 return  # not one of ours: closed unread
             sender = hello.get("sender")
+            if hello.get("ring"):
+                ring = _attach(hello)
+                sock.sendall(b"\x01" if ring is not None else b"\x00")
             while True:
-                self._deliver(read_frame(sock))
+                self._deliver(read_frame(sock, ring))
         except (OSError, ConnectionError, EOFError, pickle.UnpicklingError):
             if sender is not None and not self._closing:
                 self._lost(sender)
         finally:
             sock.close()
+            if ring is not None:
+                ring.close()
 
     def close(self) -> None:
         """Stop listening and close every connection."""
@@ -218,11 +278,58 @@ class Wire:
         self._listener.close()
         with self._lock:
             out, self._out = list(self._out.values()), {}
-        for sock, _ in out:
-            sock.close()
+        for sock, lock, ring in out:
+            sock.close()  # a send waiting for ring space sees it closed and stops
+            if ring is not None and lock.acquire(timeout=2.0):
+                ring.close()
+                lock.release()
         for sock in self._accepted:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
             sock.close()
+
+
+def _placer(ring: Ring, sock: socket.socket) -> Callable[[list[memoryview]], list[int]]:
+    def place(buffers: list[memoryview]) -> list[int]:
+        """The message's large buffers, in order, while they fit in one ring span; the
+        rest stay in the frame."""
+        where = [0] * len(buffers)
+        chosen, room = [], ring.limit()
+        for i, b in enumerate(buffers):
+            if RING_MIN <= b.nbytes <= room:
+                chosen.append(i)
+                room -= b.nbytes
+        if chosen:
+            positions = ring.write([buffers[i] for i in chosen], sock)
+            for i, position in zip(chosen, positions, strict=True):
+                where[i] = position + 1
+        return where
+    return place
+
+
+def _ring_answer(sock: socket.socket, ring: Ring) -> Ring | None:
+    """The reader's answer to the ring offered: the ring if it mapped it, None (and the
+    ring closed) if it could not; an end of file is a failed connection."""
+    sock.settimeout(HANDSHAKE_TIMEOUT)
+    try:
+        answer = sock.recv(1)
+    except TimeoutError as error:
+        raise ConnectionError("the peer did not answer the ring it was offered") from error
+    finally:
+        sock.settimeout(None)
+    if answer == b"\x01":
+        return ring
+    ring.close()
+    if answer == b"":
+        raise ConnectionError("the connection closed during its hello")
+    return None
+
+
+def _attach(hello: dict[str, Any]) -> Ring | None:
+    try:
+        token = bytes.fromhex(str(hello.get("ring_token", "")))
+    except ValueError:
+        return None
+    return Ring.attach(str(hello["ring"]), token)
