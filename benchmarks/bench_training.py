@@ -13,7 +13,11 @@ backward, with the partition's prediction for one direction; hybrid: both) and t
 ratios::
 
     python benchmarks/bench_training.py [--layers 120] [--batches 64 512] [--steps 5]
-        [--partitions block hypergraph] [--no-graph]
+        [--partitions block hypergraph] [--no-graph] [--rings 0 "16 MiB"]
+
+``--rings``: one process cluster per size of the wire's shared-memory ring
+(``sdnn.transport.wire-ring``; 0: the sockets carry every byte), each with its own
+compiled baseline, to measure what the ring buys.
 
 Every parallel step's loss is checked against the serial step's on the same batch (all
 models start equal and take the same steps; to 1e-3: float32 sums in another order make
@@ -29,6 +33,7 @@ import statistics
 import sys
 import time
 
+import dask.config
 import numpy as np
 from distributed import Client, LocalCluster
 
@@ -66,6 +71,15 @@ def _moved(step) -> tuple[int, int, int, int]:
         return 0, 0, step.bytes_moved, 0
     return (step.bytes_forward, step.bytes_backward, step.bytes_gradient,
             step.predicted_bytes)
+
+
+def _ring_bytes(dask_worker) -> int:
+    """Bytes this worker's wire sent through its shared-memory rings."""
+    from sdnn_dask.parallel.transport import exchange
+
+    found = exchange._IN_PROCESS.get(dask_worker.address)
+    wire = getattr(found, "wire", None)
+    return wire.ring_bytes() if wire is not None else 0
 
 
 def _run(client: Client, kind: str, network, partitions: dict, inputs, labels, args,
@@ -145,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
                              "real cluster), 2 worker threads of this process (one machine)")
     parser.add_argument("--no-graph", dest="graph", action="store_false",
                         help="leave out the graph-transport baselines (slow at 120 layers)")
+    parser.add_argument("--rings", nargs="+", default=None,
+                        help="process clusters: one per wire ring size (0, '16 MiB', ...); "
+                             "default: one, at sdnn.transport.wire-ring")
     args = parser.parse_args(argv)
     faulthandler.enable()  # a crash in a kernel or a thread leaves its traceback
     # the serial baseline runs here: the same allocator settings as the workers (without
@@ -163,31 +180,41 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.steps} steps each (medians); 2 workers: {', '.join(args.clusters)}",
           file=sys.stderr)
     lines = []
-    for kind in args.clusters:
-        with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None,
-                          processes=kind == "processes") as cluster, Client(cluster) as client:
-            lines += _run(client, kind, network, partitions, inputs, labels, args,
+    runs = [(kind, ring) for kind in args.clusters
+            for ring in (args.rings if kind == "processes" and args.rings else [None])]
+    for kind, ring in runs:
+        label = kind if ring is None else f"{kind}, ring {ring}"
+        # the workers take the config they are started with
+        with dask.config.set({} if ring is None else {"sdnn.transport.wire-ring": ring}), \
+                LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None,
+                             processes=kind == "processes") as cluster, \
+                Client(cluster) as client:
+            lines += _run(client, label, network, partitions, inputs, labels, args,
                           graph=args.graph and kind == "processes")
-    print(f"{'workers':>9} {'batch':>6} {'reference s':>12} {'compiled s':>11} "
+            if kind == "processes":  # the ring's share, so a run says it took the ring
+                ringed = sum(client.run(_ring_bytes).values())
+                print(f"{label}: {ringed / 1e6:.1f} MB went by the wires' rings",
+                      file=sys.stderr)
+    print(f"{'workers':>20} {'batch':>6} {'reference s':>12} {'compiled s':>11} "
           f"{'compiled/ref':>12}")
     for kind, batch, ref_s, c, *_ in lines:
-        print(f"{kind:>9} {batch:6d} {ref_s:12.3f} {c:11.3f} {ref_s / c:12.1f}")
-    print(f"\n{'workers':>9} {'batch':>6} {'strategy':>28} {'s/step':>8} {'vs compiled':>11} "
+        print(f"{kind:>20} {batch:6d} {ref_s:12.3f} {c:11.3f} {ref_s / c:12.1f}")
+    print(f"\n{'workers':>20} {'batch':>6} {'strategy':>28} {'s/step':>8} {'vs compiled':>11} "
           f"{'MB fwd':>8} {'MB bwd':>8} {'MB grad':>8} {'MB predicted':>12}")
     for kind, batch, _, c, took, moved, _ in lines:
         for name in took:
             fwd, bwd, grad, predicted = moved[name]
-            print(f"{kind:>9} {batch:6d} {name:>28} {took[name]:8.3f} {c / took[name]:11.2f} "
+            print(f"{kind:>20} {batch:6d} {name:>28} {took[name]:8.3f} {c / took[name]:11.2f} "
                   f"{fwd / 1e6:8.2f} {bwd / 1e6:8.2f} {grad / 1e6:8.2f} "
                   f"{predicted / 1e6:12.2f}")
     keys = ("forward", "backward", "update", "compute", "wait", "send", "exchange", "overhead")
     print("\nWhere a direct step's time goes (ms; per step, the slowest slot's, medians; "
           "compute = forward + backward + update without waits and sends; overhead = the "
           "step minus the slowest slot's compute):")
-    print(f"{'workers':>9} {'batch':>6} {'strategy':>28} " + " ".join(f"{k:>9}" for k in keys))
+    print(f"{'workers':>20} {'batch':>6} {'strategy':>28} " + " ".join(f"{k:>9}" for k in keys))
     for kind, batch, _, _, _, _, parts in lines:
         for name, b in parts.items():
-            print(f"{kind:>9} {batch:6d} {name:>28} "
+            print(f"{kind:>20} {batch:6d} {name:>28} "
                   + " ".join(f"{b[k] * 1e3:9.1f}" for k in keys))
     return 0
 
