@@ -14,6 +14,10 @@ ratios::
 
     python benchmarks/bench_training.py [--layers 120] [--batches 64 512] [--steps 5]
         [--partitions block hypergraph] [--no-graph] [--rings 0 "16 MiB"]
+        [--buckets 64KiB 1MiB]
+
+``--buckets``: one direct data-parallel configuration per size of the gradient's buckets
+(``DataParallelTrainer(bucket_bytes=)``) in the same steps.
 
 ``--rings``: one process cluster per size of the wire's shared-memory ring
 (``sdnn.transport.wire-ring``; 0: the sockets carry every byte), each with its own
@@ -35,6 +39,7 @@ import time
 
 import dask.config
 import numpy as np
+from dask.utils import format_bytes, parse_bytes
 from distributed import Client, LocalCluster
 
 from sdnn_dask.data.images import make_inputs
@@ -44,14 +49,19 @@ from sdnn_dask.partition import make_neuron_partition
 from sdnn_dask.training import SGD, init_model, train_step
 from sdnn_dask.training.compiled import Workspace
 from sdnn_dask.training.data_parallel import DataParallelTrainer
+from sdnn_dask.training.data_step import BUCKET_BYTES
 from sdnn_dask.training.model_parallel import ModelParallelTrainer
 
 
-def _trainers(client: Client, model, partitions: dict, graph: bool) -> dict[str, object]:
+def _trainers(client: Client, model, partitions: dict, graph: bool,
+              buckets: list[int] | None = None) -> dict[str, object]:
     """Every parallel configuration, by name (all start from ``model``)."""
     opts = {"lr": 0.01, "momentum": 0.9}
+    sizes = buckets or [BUCKET_BYTES]
     out: dict[str, object] = {
-        "data, direct": DataParallelTrainer(client, model, transport="direct", **opts)}
+        ("data, direct" if len(sizes) == 1 else f"data, direct, buckets {format_bytes(b)}"):
+        DataParallelTrainer(client, model, transport="direct", bucket_bytes=b, **opts)
+        for b in sizes}
     if graph:
         out["data, graph"] = DataParallelTrainer(client, model, transport="graph", **opts)
     for m, part in partitions.items():
@@ -95,7 +105,7 @@ def _run(client: Client, kind: str, network, partitions: dict, inputs, labels, a
         start = time.perf_counter()
         train_step(reference, inputs[:batch], labels[:batch], ref_opt, "reference")
         ref_s = time.perf_counter() - start
-        trainers = _trainers(client, model, partitions, graph)
+        trainers = _trainers(client, model, partitions, graph, args.buckets)
         try:
             # one untimed step each: compilation, placement, connections
             workspace = Workspace()  # the serial step at its best: tiles reused
@@ -152,7 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=120)
     parser.add_argument("--batches", type=int, nargs="+", default=[64, 512])
     parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--partitions", nargs="+", default=["block", "hypergraph"])
+    parser.add_argument("--partitions", nargs="*", default=["block", "hypergraph"],
+                        help="model parallelism and the hybrid on each (none: leave "
+                             "them out)")
     parser.add_argument("--clusters", nargs="+", choices=["processes", "threads"],
                         default=["processes", "threads"],
                         help="LocalClusters to run on: 2 worker processes (the comms of a "
@@ -162,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rings", nargs="+", default=None,
                         help="process clusters: one per wire ring size (0, '16 MiB', ...); "
                              "default: one, at sdnn.transport.wire-ring")
+    parser.add_argument("--buckets", nargs="+", type=parse_bytes, default=None,
+                        help="data parallelism (direct) once per gradient bucket size "
+                             f"(64KiB, 1MiB, ...); default {format_bytes(BUCKET_BYTES)}")
     args = parser.parse_args(argv)
     faulthandler.enable()  # a crash in a kernel or a thread leaves its traceback
     # the serial baseline runs here: the same allocator settings as the workers (without
@@ -199,22 +214,22 @@ def main(argv: list[str] | None = None) -> int:
           f"{'compiled/ref':>12}")
     for kind, batch, ref_s, c, *_ in lines:
         print(f"{kind:>20} {batch:6d} {ref_s:12.3f} {c:11.3f} {ref_s / c:12.1f}")
-    print(f"\n{'workers':>20} {'batch':>6} {'strategy':>28} {'s/step':>8} {'vs compiled':>11} "
+    print(f"\n{'workers':>20} {'batch':>6} {'strategy':>34} {'s/step':>8} {'vs compiled':>11} "
           f"{'MB fwd':>8} {'MB bwd':>8} {'MB grad':>8} {'MB predicted':>12}")
     for kind, batch, _, c, took, moved, _ in lines:
         for name in took:
             fwd, bwd, grad, predicted = moved[name]
-            print(f"{kind:>20} {batch:6d} {name:>28} {took[name]:8.3f} {c / took[name]:11.2f} "
+            print(f"{kind:>20} {batch:6d} {name:>34} {took[name]:8.3f} {c / took[name]:11.2f} "
                   f"{fwd / 1e6:8.2f} {bwd / 1e6:8.2f} {grad / 1e6:8.2f} "
                   f"{predicted / 1e6:12.2f}")
     keys = ("forward", "backward", "update", "compute", "wait", "send", "exchange", "overhead")
     print("\nWhere a direct step's time goes (ms; per step, the slowest slot's, medians; "
           "compute = forward + backward + update without waits and sends; overhead = the "
           "step minus the slowest slot's compute):")
-    print(f"{'workers':>20} {'batch':>6} {'strategy':>28} " + " ".join(f"{k:>9}" for k in keys))
+    print(f"{'workers':>20} {'batch':>6} {'strategy':>34} " + " ".join(f"{k:>9}" for k in keys))
     for kind, batch, _, _, _, _, parts in lines:
         for name, b in parts.items():
-            print(f"{kind:>20} {batch:6d} {name:>28} "
+            print(f"{kind:>20} {batch:6d} {name:>34} "
                   + " ".join(f"{b[k] * 1e3:9.1f}" for k in keys))
     return 0
 

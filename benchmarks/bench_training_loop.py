@@ -13,6 +13,12 @@ the same epochs from the same model, interleaved (serial epoch, then each parall
   an epoch), the gradient exchanged in buckets during the backward;
 * ``model <partition>``: model parallelism on each ``--partitions`` method, the same way.
 
+``--buckets 64KiB 1MiB``: one data-parallel configuration per size of the gradient's
+buckets (``DataParallelTrainer(bucket_bytes=)``, the least bytes sent at once during the
+backward; default: :data:`~sdnn_dask.training.data_step.BUCKET_BYTES` alone), each in
+the same epochs, so what a size buys is measured against the others in one run; their
+steps are checked equal bit for bit (a bucket's size changes when it goes, not its sum).
+
 Printed per configuration: the median epoch seconds and its ratio to the serial epoch;
 per step (medians over the epoch's steps): the step's wall time (first slot's start to
 the last one's end), the slowest slot's compute (forward, backward, update), the longest
@@ -25,7 +31,7 @@ rounding of sums in another order until the trajectories part (see
 ``sdnn_dask.training.compare.EPOCH_LOSS_RTOL``), so the deviation is reported instead::
 
     python benchmarks/bench_training_loop.py [--layers 4 16 120] [--batches 32 256]
-        [--epochs 5] [--partitions block hypergraph]
+        [--epochs 5] [--partitions block hypergraph] [--buckets 64KiB 1MiB]
 
 The hypergraph partition needs the ``partition`` extra (mtkahypar).
 """
@@ -38,12 +44,14 @@ import sys
 import time
 
 import numpy as np
+from dask.utils import format_bytes, parse_bytes
 from distributed import Client, LocalCluster
 
 from sdnn_dask.parallel.allocator import tune_allocator
 from sdnn_dask.training import SGD, train_step
 from sdnn_dask.training.compiled import Workspace
 from sdnn_dask.training.data_parallel import DataParallelTrainer
+from sdnn_dask.training.data_step import BUCKET_BYTES
 from sdnn_dask.training.digits import digits_model, load_digits_1024
 from sdnn_dask.training.loop import batches, step_bytes
 from sdnn_dask.training.model_parallel import ModelParallelTrainer
@@ -74,7 +82,9 @@ def _one(client: Client, data, layers: int, batch: int, args) -> list[tuple]:
     serial = model.copy()
     optimizer = SGD(serial, **OPTS)
     workspace = Workspace()
-    trainers = {"data": DataParallelTrainer(client, model, **OPTS)}
+    sizes = args.buckets or [BUCKET_BYTES]
+    trainers = {("data" if len(sizes) == 1 else f"data, buckets {format_bytes(b)}"):
+                DataParallelTrainer(client, model, bucket_bytes=b, **OPTS) for b in sizes}
     for method in args.partitions:
         trainers[f"model {method}"] = ModelParallelTrainer(client, model, method, k=2,
                                                            **OPTS)
@@ -88,6 +98,7 @@ def _one(client: Client, data, layers: int, batch: int, args) -> list[tuple]:
     try:
         for epoch in range(args.epochs + 1):  # epoch 0 untimed: compilation, first sends
             ids = list(batches(data.x_train.shape[0], batch, rng))
+            data_losses: list[tuple[str, list[float]]] = []
             t0 = time.perf_counter()
             losses = [train_step(serial, data.x_train[i], data.y_train[i], optimizer,
                                  workspace=workspace) for i in ids]
@@ -103,6 +114,8 @@ def _one(client: Client, data, layers: int, batch: int, args) -> list[tuple]:
                 loss = sum(r.loss * len(i) for r, i in zip(results, ids, strict=True))
                 loss /= data.x_train.shape[0]
                 deviation[name] = max(deviation[name], abs(loss - expected) / expected)
+                if name.startswith("data"):
+                    data_losses.append((name, [r.loss for r in results]))
                 if epoch == 0:
                     got = [r.loss for r in results[:3]]
                     if not np.allclose(got, losses[:3], rtol=LOSS_RTOL, atol=0.0):
@@ -111,6 +124,10 @@ def _one(client: Client, data, layers: int, batch: int, args) -> list[tuple]:
                 if epoch:
                     seconds[name].append(elapsed)
                     steps[name] += results
+            for name, got in data_losses[1:]:  # buckets of another size: the same steps
+                if got != data_losses[0][1]:
+                    failures.append(f"{layers} layers, batch {batch}, epoch {epoch}: "
+                                    f"{name} took other steps than {data_losses[0][0]}")
     finally:
         for trainer in trainers.values():
             trainer.close()
@@ -130,7 +147,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, nargs="+", default=[4, 16, 120])
     parser.add_argument("--batches", type=int, nargs="+", default=[32, 256])
     parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--partitions", nargs="+", default=["block", "hypergraph"])
+    parser.add_argument("--partitions", nargs="*", default=["block", "hypergraph"],
+                        help="model parallelism on each (none: data parallelism only)")
+    parser.add_argument("--buckets", nargs="+", type=parse_bytes, default=None,
+                        help="data parallelism once per gradient bucket size (64KiB, "
+                             f"1MiB, ...); default {format_bytes(BUCKET_BYTES)}")
     args = parser.parse_args(argv)
     tune_allocator()  # the serial step gets the workers' allocator settings
     data = load_digits_1024(0)

@@ -9,6 +9,7 @@ import scipy.sparse as sp
 from sdnn_dask.data.radixnet import make_network
 from sdnn_dask.training import SGD, init_model, train_step
 from sdnn_dask.training.data_parallel import TRANSPORTS, DataParallelTrainer, gradient_bytes
+from sdnn_dask.training.data_step import BUCKET_BYTES, gradient_buckets
 
 STEPS = 4
 
@@ -102,6 +103,9 @@ def test_bad_backend(client):
         DataParallelTrainer(client, model, lr=0.1, backend="fast")
     with pytest.raises(ValueError, match="transport must be one of"):
         DataParallelTrainer(client, model, lr=0.1, transport="mpi")
+    for bad in (0, -5, 1.5, "1MiB", True):
+        with pytest.raises(ValueError, match="bucket_bytes must be a positive int"):
+            DataParallelTrainer(client, model, lr=0.1, bucket_bytes=bad)
 
 
 def test_both_transports_take_the_same_steps(client):
@@ -118,3 +122,60 @@ def test_both_transports_take_the_same_steps(client):
             assert graph.step(x, labels).loss == direct.step(x, labels).loss
         for a, b in zip(graph.model().parameters(), direct.model().parameters(), strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("bucket_bytes", [1, 700, 5000, BUCKET_BYTES, 1 << 40])
+def test_gradient_buckets_cover_the_gradient_once(bucket_bytes):
+    """Layers of uneven sizes: the pieces cut the flat gradient into disjoint runs that
+    cover it; the early ones go from the top layer down, each of at least
+    ``bucket_bytes`` (layer 0's weights, the biases and the readout go last)."""
+    rng = np.random.default_rng(1)
+    sizes = [(40, 60), (60, 30), (30, 80), (80, 50)]
+    pattern = [sp.random(a, b, density=0.2, format="csr", dtype=np.float32, rng=rng)
+               for a, b in sizes]
+    model = init_model(pattern, 3, seed=0)
+    total = sum(p.size for p in model.parameters())
+    pieces = gradient_buckets(model, bucket_bytes)
+    covered = np.zeros(total, np.int64)
+    for _, lo, hi in pieces:
+        assert 0 <= lo < hi <= total
+        covered[lo:hi] += 1
+    assert (covered == 1).all()
+    early = [layer for layer, _, _ in pieces if layer >= 0]
+    assert early == sorted(early, reverse=True) and 0 not in early
+    assert all(layer == -1 for layer, _, _ in pieces[len(early):])
+    for _, lo, hi in pieces[:len(early)]:
+        assert (hi - lo) * 4 >= bucket_bytes
+    if bucket_bytes == 1:  # every layer above the first as soon as it is done
+        assert early == [3, 2, 1]
+    if bucket_bytes >= total * 4:  # all of it in one message, after the backward
+        assert pieces == [(-1, 0, total)]
+
+
+def test_any_bucket_size_takes_the_same_steps(client):
+    """A bucket's size decides when its part of the gradient goes, not its sum: a
+    layer per message, a few layers per message and one message take the same steps
+    bit for bit (a one-row batch too: one worker sends zeros), and follow the serial
+    steps."""
+    rng = np.random.default_rng(6)
+    model = init_model(_pattern(rng, 48, 4), 4, seed=3)
+    sizes = [1, 3000, BUCKET_BYTES]
+    assert [len(gradient_buckets(model, b)) for b in sizes] == [5, 3, 1]
+    trainers = [DataParallelTrainer(client, model, lr=0.05, momentum=0.9, bucket_bytes=b)
+                for b in sizes]
+    serial = model.copy()
+    optimizer = SGD(serial, 0.05, momentum=0.9)
+    try:
+        for x, labels in [*_batches(rng, 48, 29, 4), (np.ones((1, 48), np.float32), [2])]:
+            losses = [t.step(x, labels).loss for t in trainers]
+            assert losses[1:] == losses[:-1]
+            assert losses[0] == pytest.approx(train_step(serial, x, np.asarray(labels),
+                                                         optimizer), rel=1e-5)
+        for other in trainers[1:]:
+            for a, b in zip(trainers[0].model().parameters(), other.model().parameters(),
+                            strict=True):
+                np.testing.assert_array_equal(a, b)
+        _close(trainers[0].model(), serial, rtol=1e-4, atol=1e-6)
+    finally:
+        for t in trainers:
+            t.close()

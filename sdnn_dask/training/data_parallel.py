@@ -33,6 +33,7 @@ from distributed import Client, wait
 from ..parallel.allocator import tune_allocator
 from ..parallel.faults import connected
 from ..parallel.transport.direct import connect_peers, ensure_exchange
+from .data_step import BUCKET_BYTES
 from .loop import BACKENDS, gradients
 from .model import Gradients, SparseModel
 from .optim import check_settings
@@ -139,6 +140,11 @@ class DataParallelTrainer:
         ``"direct"`` (default: one task per worker and step; the gradient is all-reduced
         worker to worker, :func:`.slot.allreduce`) or ``"graph"`` (the tree of tasks
         described above, the gradients moved by Dask).
+    bucket_bytes
+        Direct transport, two workers: the least bytes of gradient a worker sends to the
+        other at once while its backward runs (default
+        :data:`~.data_step.BUCKET_BYTES`; a message costs about 0.1 ms whatever its
+        size, so small buckets cost more than their early start saves on small models).
 
     Examples
     --------
@@ -150,14 +156,18 @@ class DataParallelTrainer:
     def __init__(self, client: Client, model: SparseModel, *, lr: float,
                  momentum: float = 0.0, weight_decay: float = 0.0,
                  workers: list[str] | None = None, backend: str = "compiled",
-                 transport: str = "direct"):
+                 transport: str = "direct", bucket_bytes: int = BUCKET_BYTES):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got "
                              f"{transport!r}")
         check_settings(lr, momentum, weight_decay)  # here, not in a worker's traceback
+        if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) \
+                or bucket_bytes < 1:
+            raise ValueError(f"bucket_bytes must be a positive int, got {bucket_bytes!r}")
         self.client, self.backend, self.transport = client, backend, transport
+        self.bucket_bytes = bucket_bytes
         self.workers = sorted(workers or client.scheduler_info()["workers"])
         if not self.workers:
             raise ValueError("the cluster has no workers")
@@ -229,7 +239,8 @@ class DataParallelTrainer:
             self._loop = PersistentLoop(self.client, name=self.id,
                                         keys=[self.id] * self.n_workers,
                                         route=[[w] for w in self.workers], strategy="data",
-                                        whole=True, backend=self.backend)
+                                        whole=True, backend=self.backend,
+                                        bucket_bytes=self.bucket_bytes)
         return self._loop
 
     def _step_direct(self, x: Any, labels: np.ndarray, rows: int) -> StepResult:

@@ -4,10 +4,16 @@ With two workers the backward sends each bucket of the gradient to the other as 
 its layers are done (:func:`gradient_buckets`), so the exchange runs under the layers
 below; with more, the gradient is all-reduced after the backward
 (:func:`~.slot.allreduce`).
+
+A bucket is a message, and a message costs its sender about 0.1-0.15 ms whatever its
+size (the header's pickling and system call, and the receiving reader thread taking the
+GIL), against about 0.02 ms to copy 128 KiB into the ring: a bucket has to be large for
+its early start to pay (:data:`BUCKET_BYTES`).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -21,7 +27,10 @@ from .slot import REDUCE, Slot, pair_sum, timed_allreduce
 
 #: Bytes of gradient a data-parallel slot on two workers sends at once, as soon as
 #: its layers are computed (the last piece, with the biases and readout, may be smaller).
-BUCKET_BYTES = 1 << 16
+#: At 1 MiB the copy into the ring (about 0.1 ms) is as much as the message's fixed cost.
+#: Measured (``benchmarks/bench_training_loop.py --buckets``): 64 KiB buckets made the
+#: digits' 4-layer, batch-32 epoch 1.25x slower and the 120-layer, batch-512 one 1.1x.
+BUCKET_BYTES = 1 << 20
 
 
 def gradient_buckets(model: Any, bucket_bytes: int = BUCKET_BYTES
@@ -30,31 +39,48 @@ def gradient_buckets(model: Any, bucket_bytes: int = BUCKET_BYTES
     pieces while the backward runs: ``(layer, lo, hi)``, sent once layer ``layer``'s
     weight gradient is final (from the top down), each at least ``bucket_bytes``; then,
     with ``layer`` -1 (sent when the backward is done), the weights of the layers left
-    and the biases and readout."""
+    and the biases and readout (one piece if no weights went early).
+
+    Examples
+    --------
+    >>> import scipy.sparse as sp
+    >>> from sdnn_dask.training import init_model
+    >>> model = init_model([sp.identity(4096, format="csr")] * 3, classes=2, seed=0)
+    >>> gradient_buckets(model, bucket_bytes=16 << 10)  # 16 KiB a layer's weights
+    [(2, 8192, 12288), (1, 4096, 8192), (-1, 0, 4096), (-1, 12288, 32770)]
+    >>> gradient_buckets(model, bucket_bytes=1 << 20)  # one message, after the backward
+    [(-1, 0, 32770)]
+    """
     params = model.parameters()
-    n = model.n_layers
-    ends = np.cumsum([p.size for p in params])
-    starts = ends - np.array([p.size for p in params])
+    return list(_buckets(tuple(p.size for p in params), params[0].itemsize,
+                         model.n_layers, bucket_bytes))
+
+
+@functools.lru_cache(maxsize=64)
+def _buckets(sizes: tuple[int, ...], itemsize: int, n: int, bucket_bytes: int
+             ) -> tuple[tuple[int, int, int], ...]:
+    ends = np.cumsum(sizes)
+    starts = ends - np.array(sizes)
     out, hi, size = [], int(ends[n - 1]), 0
     for k in range(n - 1, 0, -1):  # layer 0's goes with the rest
-        size += params[k].nbytes
+        size += sizes[k] * itemsize
         if size >= bucket_bytes:
             out.append((k, int(starts[k]), hi))
             hi, size = int(starts[k]), 0
-    out.append((-1, 0, hi))
-    out.append((-1, int(ends[n - 1]), int(ends[-1])))
-    return out
+    if hi == ends[n - 1]:  # nothing went early: one message after the backward
+        return (*out, (-1, 0, int(ends[-1])))
+    return (*out, (-1, 0, hi), (-1, int(ends[n - 1]), int(ends[-1])))
 
 
 
-def overlappeddata_step(slot: Slot, model: Any, optimizer: Any, cache: Any,
-                          labels: np.ndarray, share: float, vector: np.ndarray,
-                          t0: float, t1: float) -> float:
+def overlapped_data_step(slot: Slot, model: Any, optimizer: Any, cache: Any,
+                         labels: np.ndarray, share: float, vector: np.ndarray,
+                         t0: float, t1: float, bucket_bytes: int = BUCKET_BYTES) -> float:
     """A data-parallel slot of two: the backward sends each bucket of its (scaled)
     gradient to the other slot as soon as its layers are done, so the exchange runs
     under the layers below; then every bucket is summed with the other's, in place.
     Without rows (``cache`` None: a batch smaller than the cluster) it sends zeros."""
-    buckets = gradient_buckets(model)
+    buckets = gradient_buckets(model, bucket_bytes)
     early = {layer: i for i, (layer, _, _) in enumerate(buckets) if layer >= 0}
     scale = vector.dtype.type(share)
     other, waited, sent_s = 1 - slot.group, slot.wait_s, slot.send_s
@@ -63,8 +89,8 @@ def overlappeddata_step(slot: Slot, model: Any, optimizer: Any, cache: Any,
         _, lo, hi = buckets[i]
         if share != 1.0:
             vector[lo:hi] *= scale
-        slot.send(REDUCE, "gradient", other, i, slot.part, slot.group,
-                               vector[lo:hi], reused=True)
+        slot.send(REDUCE, "gradient", other, i, slot.part, slot.group, vector[lo:hi],
+                  reused=True)
 
     if cache is None:
         loss = 0.0
@@ -92,16 +118,17 @@ def overlappeddata_step(slot: Slot, model: Any, optimizer: Any, cache: Any,
 
 
 def data_step(slot: Slot, key: str, groups: int, x: Any, labels: np.ndarray,
-               share: float, backend: str) -> float:
-    """A whole-model slot: the serial kernels on its rows, the gradient all-reduced."""
+              share: float, backend: str, bucket_bytes: int = BUCKET_BYTES) -> float:
+    """A whole-model slot: the serial kernels on its rows, the gradient all-reduced
+    (with two groups, sent in buckets of ``bucket_bytes`` during the backward)."""
     model, optimizer, workspace = held(key)
     arrays = model.parameters()
     t0 = time.perf_counter()
     if groups == 2 and backend == "compiled":  # each bucket sent once its layers are done
         vector = workspace.vector(sum(a.size for a in arrays))
         cache = compiled.forward(model, x, workspace) if x.shape[0] else None
-        return overlappeddata_step(slot, model, optimizer, cache, labels, share, vector,
-                                     t0, time.perf_counter())
+        return overlapped_data_step(slot, model, optimizer, cache, labels, share, vector,
+                                    t0, time.perf_counter(), bucket_bytes)
     if x.shape[0] and backend == "compiled":
         # the gradient written straight into one vector (reduced as it is), reused
         vector = workspace.vector(sum(a.size for a in arrays))

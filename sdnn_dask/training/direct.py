@@ -64,7 +64,7 @@ from .compiled import (
     layer_backward_t,
     sampled_gradient_t,
 )
-from .data_step import data_step
+from .data_step import BUCKET_BYTES, data_step
 from .losses import softmax_cross_entropy
 from .model import flatten, unflatten
 from .parts import PARTS, apply_update, sum_plan
@@ -303,7 +303,7 @@ def _set_part_gradients(state: Any, arrays: list[np.ndarray]) -> None:
 def run_slot(key: str, token: str, group: int, part: int, groups: int, parts: int,
              route: list[list[str]], expected: int, *, whole: bool = False,
              backend: str = "compiled", strategy: str = "training",
-             poll: float = POLL_SECONDS,
+             bucket_bytes: int = BUCKET_BYTES, poll: float = POLL_SECONDS,
              timeout: float = PIECE_TIMEOUT) -> dict[str, Any]:
     """One slot's persistent loop (a task on its worker; see the module docstring).
 
@@ -328,6 +328,9 @@ def run_slot(key: str, token: str, group: int, part: int, groups: int, parts: in
         With ``whole``: ``"compiled"`` or ``"reference"`` (:func:`~.loop.gradients`).
     strategy
         Names the loop in its errors (``"data"``, ``"model"``, ``"hybrid"``).
+    bucket_bytes
+        With ``whole`` and two groups: the least bytes of gradient sent at once during
+        the backward (:func:`~.data_step.gradient_buckets`).
 
     Each feed is a list of steps, each a dict: ``x`` (the group's input columns this part
     reads, ``needed x rows`` float32, or with ``whole`` the group's rows) and ``labels``,
@@ -357,7 +360,8 @@ def run_slot(key: str, token: str, group: int, part: int, groups: int, parts: in
             records = []
             for item in feed:
                 slot.begin_step(steps)
-                records.append(_step(slot, key, item, groups, parts, whole, backend))
+                records.append(_step(slot, key, item, groups, parts, whole, backend,
+                                     bucket_bytes))
                 steps += 1
             slot.reply(number, records)
         slot.flush()
@@ -365,7 +369,7 @@ def run_slot(key: str, token: str, group: int, part: int, groups: int, parts: in
 
 
 def _step(slot: Slot, key: str, item: dict[str, Any], groups: int, parts: int,
-          whole: bool, backend: str) -> dict[str, Any]:
+          whole: bool, backend: str, bucket_bytes: int) -> dict[str, Any]:
     """One step of one slot: its inputs from ``item``, its record for the reply."""
     started, t0 = time.time(), time.perf_counter()
     share = float(item["share"])
@@ -378,7 +382,7 @@ def _step(slot: Slot, key: str, item: dict[str, Any], groups: int, parts: int,
         labels = held_labels[rows]
     slot.forward_s = slot.backward_s = slot.update_s = slot.allreduce_s = 0.0
     if whole:
-        loss = data_step(slot, key, groups, x, labels, share, backend)
+        loss = data_step(slot, key, groups, x, labels, share, backend, bucket_bytes)
     else:
         state = PARTS[(key, slot.part)]
         loss = _part_forward_backward(slot, state, x, labels, share, parts)

@@ -33,6 +33,7 @@ from ..parallel.transport.direct import (
     stop_run,
 )
 from ..parallel.transport.feed import feed_run
+from .data_step import BUCKET_BYTES
 from .direct import run_slot
 from .slot import FEED, REPLY
 
@@ -54,13 +55,14 @@ class PersistentLoop:
         ``route[g][c]``: the worker of slot ``(g, c)``.
     strategy
         Names the loop in errors: ``"data"``, ``"model"`` or ``"hybrid"``.
-    whole, backend
+    whole, backend, bucket_bytes
         As :func:`~.direct.run_slot` takes them.
     """
 
     def __init__(self, client: Client, *, name: str, keys: list[str],
                  route: list[list[str]], strategy: str, whole: bool = False,
-                 backend: str = "compiled", poll: float = POLL_SECONDS):
+                 backend: str = "compiled", bucket_bytes: int = BUCKET_BYTES,
+                 poll: float = POLL_SECONDS):
         self.client, self.route, self.strategy, self.poll = client, route, strategy, poll
         self.token = f"{name}-loop-{uuid.uuid4().hex[:12]}"
         groups, parts = len(route), len(route[0])
@@ -69,7 +71,7 @@ class PersistentLoop:
         self.futures = [
             client.submit(run_slot, keys[g], self.token, g, c, groups, parts, route,
                           hosted[route[g][c]], whole=whole, backend=backend,
-                          strategy=strategy, poll=poll,
+                          strategy=strategy, bucket_bytes=bucket_bytes, poll=poll,
                           key=f"{self.token}-g{g}-p{c}", workers=[route[g][c]],
                           allow_other_workers=False, pure=False)
             for g in range(groups) for c in range(parts)]
