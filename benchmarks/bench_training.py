@@ -7,7 +7,9 @@ reference (float64; once, it is slow), the serial compiled step, and, interleave
 the compiled steps: data-parallel steps on the workers, model-parallel steps at k = 2 (one
 part per worker) on each ``--partitions`` method, each on the direct transport and on the
 graph one (the baseline), and the hybrid of 2 row groups x 2 parts (4 slots on the 2
-workers: each part's two copies share a worker). Printed: the bytes each moves across
+workers: each part's two copies share a worker); after each serial step it waits
+:data:`SETTLE_SECONDS` (else the configuration right after it is slowed, see
+``bench_training_loop.py``). Printed: the bytes each moves across
 workers per step (data: gradients; model: activations forward plus partial errors
 backward, with the partition's prediction for one direction; hybrid: both) and the
 ratios::
@@ -51,6 +53,9 @@ from sdnn_dask.training.compiled import Workspace
 from sdnn_dask.training.data_parallel import DataParallelTrainer
 from sdnn_dask.training.data_step import BUCKET_BYTES
 from sdnn_dask.training.model_parallel import ModelParallelTrainer
+
+#: The wait after each serial step (see ``bench_training_loop.py``).
+SETTLE_SECONDS = 0.25
 
 
 def _trainers(client: Client, model, partitions: dict, graph: bool,
@@ -121,6 +126,7 @@ def _run(client: Client, kind: str, network, partitions: dict, inputs, labels, a
                 start = time.perf_counter()
                 expected = train_step(serial, x, y, optimizer, workspace=workspace)
                 comp.append(time.perf_counter() - start)
+                time.sleep(SETTLE_SECONDS)  # else the next configuration is slowed
                 for name, trainer in trainers.items():
                     step = trainer.step(x, y)
                     took[name].append(step.seconds)
