@@ -28,10 +28,10 @@ from .slot import REDUCE, Slot, pair_sum, timed_allreduce
 #: Bytes of gradient a data-parallel slot on two workers sends at once, as soon as
 #: its layers are computed (the last piece, with the biases and readout, may be smaller).
 #: At 1 MiB the copy into the ring (about 0.1 ms) is as much as the message's fixed cost.
-#: Measured against 64 KiB (``benchmarks/bench_training_loop.py --buckets 64KiB 1MiB``,
-#: the digits at 4 layers): 0.72x against 0.58x the serial epoch at batch 32, 1.19x
-#: against 0.66x at 256; at 1024-120, batch 512 (``bench_training.py``), 1.47x against
-#: 1.30x the compiled serial step.
+#: Measured against 64 KiB (``benchmarks/bench_training_loop.py --buckets``, the digits,
+#: both orders, two runs each): 0.65x-0.77x against 0.49x-0.62x the serial epoch at 4
+#: layers and batch 32, 1.07x-1.27x against 0.99x-1.17x at 256; 1.55x-1.68x against
+#: 1.41x-1.59x at 120 layers and batch 512.
 BUCKET_BYTES = 1 << 20
 
 
