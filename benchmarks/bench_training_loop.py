@@ -106,24 +106,19 @@ def _one(client: Client, data, layers: int, batch: int, args) -> list[tuple]:
         for epoch in range(args.epochs + 1):  # epoch 0 untimed: compilation, first sends
             ids = list(batches(data.x_train.shape[0], batch, rng))
             data_losses: list[tuple[str, list[float]]] = []
-            got_epoch: dict[str, list] = {}
-            for name in ["serial", *trainers]:
-                t0 = time.perf_counter()
-                if name == "serial":
-                    got_epoch[name] = [train_step(serial, data.x_train[i], data.y_train[i],
-                                                  optimizer, workspace=workspace)
-                                       for i in ids]
-                else:
-                    got_epoch[name] = trainers[name].steps(ids)
-                if epoch:
-                    seconds[name].append(time.perf_counter() - t0)
-                if name == "serial":
-                    time.sleep(SETTLE_SECONDS)
-            losses = got_epoch["serial"]
+            t0 = time.perf_counter()
+            losses = [train_step(serial, data.x_train[i], data.y_train[i], optimizer,
+                                 workspace=workspace) for i in ids]
+            elapsed = time.perf_counter() - t0
+            time.sleep(SETTLE_SECONDS)
             expected = sum(v * len(i) for v, i in zip(losses, ids, strict=True))
             expected /= data.x_train.shape[0]
-            for name in trainers:
-                results = got_epoch[name]
+            if epoch:
+                seconds["serial"].append(elapsed)
+            for name, trainer in trainers.items():
+                t0 = time.perf_counter()
+                results = trainer.steps(ids)
+                elapsed = time.perf_counter() - t0
                 loss = sum(r.loss * len(i) for r, i in zip(results, ids, strict=True))
                 loss /= data.x_train.shape[0]
                 deviation[name] = max(deviation[name], abs(loss - expected) / expected)
@@ -135,6 +130,7 @@ def _one(client: Client, data, layers: int, batch: int, args) -> list[tuple]:
                         failures.append(f"{layers} layers, batch {batch}, {name}: first "
                                         f"steps' losses {got}, serial {losses[:3]}")
                 if epoch:
+                    seconds[name].append(elapsed)
                     steps[name] += results
             for name, got in data_losses[1:]:  # buckets of another size: the same steps
                 if got != data_losses[0][1]:

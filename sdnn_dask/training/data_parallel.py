@@ -165,7 +165,7 @@ class DataParallelTrainer:
         check_settings(lr, momentum, weight_decay)  # here, not in a worker's traceback
         if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) \
                 or bucket_bytes < 1:
-            raise ValueError(f"bucket_bytes must be a positive int, got {bucket_bytes!r}")
+            raise ValueError(f"bucket_bytes must be a positive integer, got {bucket_bytes!r}")
         self.client, self.backend, self.transport = client, backend, transport
         self.bucket_bytes = bucket_bytes
         self.workers = sorted(workers or client.scheduler_info()["workers"])
