@@ -122,3 +122,42 @@ def test_an_extra_entry_fails():
 def test_wrong_shape_fails(ill_conditioned):
     _, _, reference, _, kernel_out = ill_conditioned
     assert not check_result(kernel_out[:10], reference).passed
+
+
+def _unclamped_entries(reference, ymax: float, count: int) -> list[tuple[int, int]]:
+    """``count`` (row, column) entries of decided rows whose value lies strictly between
+    0 and ``ymax`` with a bound > 0: where the tolerance is the bound itself."""
+    out, bound = reference.output.tocoo(), reference.bound.tocsr()
+    decided = ~np.isin(out.row, reference.undecided)
+    inside = decided & (out.data > 0) & (out.data < ymax)
+    picks = []
+    for r, c in zip(out.row[inside], out.col[inside], strict=True):
+        if bound[r, c] > 0 and int(r) not in {p[0] for p in picks}:
+            picks.append((int(r), int(c)))
+        if len(picks) == count:
+            break
+    assert len(picks) == count, "the network must leave unclamped values with a bound"
+    return picks
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_the_tolerance_is_the_bound_itself(sign):
+    """A decided, unclamped value moved by half its tolerance (its bound plus its own
+    float32 rounding) PASSes; moved by twice it FAILs naming its row. A check made 10x
+    looser (or tighter) fails this test: the wrong-answer tests above move values far
+    past the bound, so they alone cannot tell."""
+    net = _random_network(3, 48, 10, -0.3)
+    rng = np.random.default_rng(13)
+    x = sp.random(300, 48, density=0.3, format="csr", dtype=np.float32, rng=rng)
+    reference = bounded_reference(net, x)
+    bound = reference.bound.tocsr()
+    for row, col in _unclamped_entries(reference, net.ymax, 5):
+        value = reference.output[row, col]
+        tolerance = bound[row, col] + 2.0 ** -24 * abs(value)
+        for factor, passes in ((0.5, True), (2.0, False)):
+            out = reference.output.astype(np.float64).tolil()
+            out[row, col] = value + sign * factor * tolerance
+            verdict = check_result(out.tocsr(), reference)
+            assert verdict.passed is passes, (row, col, factor, str(verdict))
+            if not passes:
+                assert verdict.wrong_rows == (row,), str(verdict)

@@ -261,3 +261,29 @@ def test_official_network_model_parallel(client, official_network, official_inpu
                                   transport=transport)
             assert_categories(result.categories, official_truth)
             assert result.bytes_moved > 0
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("k", [3, 4])
+def test_pieces_of_equal_width_are_told_apart_by_value(client, k, transport):
+    """Dense layers split in equal blocks: every part reads every other part's whole
+    slab, so each piece it receives has the same width (and rows). A piece filed under
+    the wrong sender would pass every shape check: only the values can tell, so they
+    are compared with the serial reference's."""
+    n, rng = 48, np.random.default_rng(11)
+    layers = [sp.csr_matrix(rng.uniform(-0.05, 0.12, (n, n)).astype(np.float32))
+              for _ in range(6)]
+    net = Network(layers, bias=-0.02, ymax=32.0, name="dense-48")
+    x = sp.random(64, n, density=0.4, format="csr", dtype=np.float32, rng=rng)
+    partition = make_neuron_partition(net, k, "block")
+    for plan in make_part_plans(net, partition):  # the premise: equal widths everywhere
+        for layer in plan.layers[1:]:
+            widths = {len(columns) for part, columns in layer.put.items()}
+            assert len(widths) == 1 and len(layer.put) == k, widths
+    reference = _Reference(net, x)
+    out = reference.kernel.output
+    # values that differ from piece to piece, neither dead nor clamped: a swap shows
+    assert out.nnz > 0.5 * n * x.shape[0] and 0 < out.data.max() < net.ymax
+    result = ModelParallelExecutor(client, net, warm_up=False).run(
+        x, partition=partition, transport=transport)
+    assert_matches(result, reference)
