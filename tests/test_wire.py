@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from sdnn_dask.parallel.transport.exchange import pack, unpack
-from sdnn_dask.parallel.transport.wire import Wire, _frames
+from sdnn_dask.parallel.transport.wire import CHALLENGE, Wire, _frames
 
 
 def _pair():
@@ -44,17 +44,22 @@ def test_pieces_arrive_whole_in_order_packed_or_not():
 
 
 def test_a_connection_without_the_secret_is_closed_unread():
+    """The old hello (the secret in a pickled frame) is no proof: the wire sends its
+    challenge and nothing more, then closes the connection."""
     a, b, got, lost = _pair()
     try:
-        host, port, _ = b.address
+        host, port, secret = b.address
         with socket.create_connection((host, port)) as sock:
-            sock.sendall(b"".join(_frames({"hello": "not the secret", "sender": "tcp://x"})))
+            sock.sendall(b"".join(_frames({"hello": secret, "sender": "tcp://x"})))
             sock.sendall(b"".join(_frames({"op": "piece", "payload": 1})))
             sock.settimeout(10)
+            heard = b""
             try:  # closed by the wire: an end of file, or a reset (data left unread)
-                assert sock.recv(1) == b""
+                while chunk := sock.recv(4096):
+                    heard += chunk
             except ConnectionResetError:
                 pass
+            assert len(heard) <= CHALLENGE.size  # its challenge, never its proof
         with pytest.raises(queue.Empty):
             got.get(timeout=0.2)
         assert lost.empty()  # a stranger is not a lost peer

@@ -29,6 +29,7 @@ import os
 import secrets
 import select
 import socket
+import stat
 import struct
 import threading
 import time
@@ -60,6 +61,7 @@ class Ring:
         self._mm = mm
         self._view = memoryview(mm)
         self.head = 0  # the sender's next position
+        self.taken = 0  # the reader's released position
         self.bytes = 0  # bytes that went this way (the sender's count)
         self._fence = threading.Lock()
 
@@ -89,14 +91,17 @@ class Ring:
     @classmethod
     def attach(cls, path: str, token: bytes) -> Ring | None:
         """The ring the sender made at ``path`` (unlinked once mapped), or None if it is
-        not there or not that sender's (another host's path, a stale file)."""
+        not there or not that sender's (another host's path, a stale file, anything but
+        a regular file of this user's: no link followed, no FIFO waited on)."""
         try:
-            fd = os.open(path, os.O_RDWR)
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
             return None
         try:
-            total = os.fstat(fd).st_size
-            if total <= HEADER:
+            info = os.fstat(fd)
+            total = info.st_size
+            if (total <= HEADER or not stat.S_ISREG(info.st_mode)
+                    or info.st_uid != os.getuid()):
                 return None
             mm = mmap.mmap(fd, total)
         except (OSError, ValueError):
@@ -166,8 +171,13 @@ class Ring:
     # -- the reader ---------------------------------------------------------------------
 
     def take(self, position: int, nbytes: int) -> bytearray:
-        """The buffer at ``position``, copied out, and its space released."""
+        """The buffer at ``position``, copied out, and its space released. Raises
+        ``ValueError`` (nothing allocated) for a place the sender cannot have written:
+        before the last buffer taken, across the end, or past the space released."""
         offset = position % self.size
+        if (position < self.taken or not 0 < nbytes <= self.limit()
+                or offset + nbytes > self.size or position + nbytes > self.taken + self.size):
+            raise ValueError(f"{nbytes} bytes at {position} are not in this ring")
         out = bytearray(nbytes)
         memoryview(out)[:] = self._view[HEADER + offset:HEADER + offset + nbytes]
         with self._fence:  # the copy is done before the space is released
@@ -175,6 +185,7 @@ class Ring:
         end = position + nbytes
         for at in _RELEASED_AT:
             _RELEASED.pack_into(self._mm, at, end)
+        self.taken = end
         return out
 
     def close(self) -> None:

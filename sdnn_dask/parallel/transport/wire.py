@@ -22,29 +22,55 @@ pieces in sequence, so :class:`Wire` gives each worker process:
 Only for plain ``tcp://`` clusters (a TLS cluster's pieces keep to its comms, which carry
 its credentials), and only between workers whose wire addresses the client has handed
 out (:func:`~.direct.connect_peers`): anything else goes the comm's way. A connection
-opens with the listener's secret (random per worker, handed out with its address); a
-connection that does not is closed unread. A connection that breaks tells the exchange
-its peer is lost, as a broken comm does.
+that breaks tells the exchange its peer is lost, as a broken comm does.
 
-Frames: a fixed prefix (magic, header length, buffer count), per buffer its length and
-where it is (0: on the socket, after the header; else its ring position + 1), the header
-(the message pickled, its payload's frames left out of band) and the socket's buffers.
+Who may talk: each wire has a random secret, handed out with its address (through the
+cluster's comms) and never sent on the wire itself. A new connection proves it holds it
+before any of its bytes is parsed as anything but fixed-size handshake bytes, as
+:mod:`multiprocessing.connection` does: the listener sends a random nonce, the connector
+answers with its own nonce and an HMAC-SHA256 of both under the secret, and the listener
+answers with its HMAC of them (so the connector knows it reached the right process
+before it says anything). A connection that fails, or takes more than
+:data:`AUTH_TIMEOUT` seconds, is closed unread and is no lost peer. At most
+:data:`MAX_PENDING` connections wait to prove themselves at once (a new one closes the
+oldest), and at most :data:`MAX_CONNECTIONS` (plus one per known peer) are open at once
+(more are closed as they come). The frames are authenticated, not encrypted: on a
+network, anyone who can watch it can read them (:func:`crosses_network`).
+
+After the handshake the hello (a fixed struct: the sender's address and the ring it
+offers, by length) and then frames: a fixed prefix (magic, header length, buffer count),
+per buffer its length and where it is (0: on the socket, after the header; else its ring
+position + 1), the header (the message pickled, its payload's frames left out of band)
+and the socket's buffers. Every length is checked against its bound (:data:`MAX_HEADER`,
+:data:`MAX_BUFFERS`, :data:`MAX_FRAME_BYTES`, the ring's size) before anything is
+allocated for it; a frame that breaks one closes the connection (the peer is lost, one
+line in the log, no traceback). Headers are pickled, as ``multiprocessing`` pickles what
+authenticated peers send: only a process given the secret by the run's client can get
+one read.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import hmac
+import ipaddress
+import logging
+import os
 import pickle
 import secrets
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from distributed.protocol import Serialized
 
-from .ring import Ring
+from .ring import DIRECTORY, Ring
+
+logger = logging.getLogger(__name__)
 
 #: A frame's prefix: magic, header bytes, buffers.
 PREFIX = struct.Struct("!4sQI")
@@ -55,8 +81,39 @@ ENTRY = struct.Struct("!QQ")  # a buffer's length, and where it is
 #: cost is the call's, not the bytes'.
 RING_MIN = 16 << 10
 
-#: How long a new connection waits for the reader's answer to the ring it offers.
+#: How long a new connection waits for the reader's answer to the ring it offers (and,
+#: connecting, for the listener's side of the handshake).
 HANDSHAKE_TIMEOUT = 30.0
+
+#: Seconds a new connection has to prove it holds the secret and say hello (a peer does
+#: it in well under a millisecond); then it is closed unread.
+AUTH_TIMEOUT = 5.0
+
+#: Connections waiting to prove themselves at once; one more closes the oldest.
+MAX_PENDING = 8
+
+#: Connections open at once, beyond one per known peer; more are closed as they come.
+MAX_CONNECTIONS = 64
+
+#: The most a frame may carry, checked before anything is allocated: header bytes, buffer
+#: count, and bytes of the buffers on the socket (a layer's piece is about 1 MB at 512
+#: rows, a gradient bucket a few MB). A sender refuses a larger message
+#: (:exc:`FrameTooLarge`).
+MAX_HEADER = 16 << 20
+MAX_BUFFERS = 1 << 16
+MAX_FRAME_BYTES = 4 << 30
+
+#: The handshake: the listener's challenge (magic, nonce), the connector's answer (its
+#: nonce, its HMAC), the listener's HMAC; then the hello (magic, sender and ring path
+#: lengths, ring token) and its two strings.
+NONCE = 32
+AUTH_MAGIC = b"SDNA"
+CHALLENGE = struct.Struct(f"!4s{NONCE}s")
+DIGEST = hashlib.sha256().digest_size
+HELLO = struct.Struct("!4sHH16s")
+HELLO_MAGIC = b"SDNH"
+MAX_NAME = 4096
+_CONNECTOR, _LISTENER = b"sdnn-wire/1 connector", b"sdnn-wire/1 listener"
 
 #: Where a wire listens and the secret it wants: (host, port, secret as hex).
 WireAddress = tuple[str, int, str]
@@ -65,9 +122,33 @@ WireAddress = tuple[str, int, str]
 #: the sender does not wait for a busy receiver to drain the one before.
 SOCKET_BUFFER = 8 << 20
 
+#: accept() errors that pass (out of descriptors or memory for a moment, a connection
+#: reset before it was taken): the listener waits a little and goes on.
+_PASSING = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED,
+            errno.EPROTO, errno.EPERM, errno.EINTR}
+
+
+class FrameError(ValueError):
+    """A frame that breaks the wire's format or bounds: its connection is closed."""
+
+
+class FrameTooLarge(ValueError):
+    """A message larger than a frame may be (:data:`MAX_FRAME_BYTES` and the like)."""
+
+
+def crosses_network(host: str) -> bool:
+    """Whether a wire listening on ``host`` is reachable beyond this machine (its frames
+    then cross a network, authenticated but not encrypted). Names other than
+    ``localhost`` count as a network: they are not looked up."""
+    if host.strip("[]").lower() in ("localhost", "localhost.localdomain"):
+        return False
+    try:
+        return not ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return True
+
 
 def _tune(sock: socket.socket) -> None:
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
         try:
             sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)
@@ -88,12 +169,93 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytearray:
     return out
 
 
+def _recv_by(sock: socket.socket, n: int, deadline: float) -> bytearray:
+    """``n`` bytes (a handshake's, so few) by ``deadline`` (``time.monotonic``): a peer
+    trickling a byte at a time gets no longer than one that says nothing."""
+    out = bytearray(n)
+    view = memoryview(out)
+    got = 0
+    while got < n:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the handshake took too long")
+        sock.settimeout(left)
+        k = sock.recv_into(view[got:])
+        if k == 0:
+            raise ConnectionError("the connection closed during its handshake")
+        got += k
+    return out
+
+
+def _proof(key: bytes, role: bytes, first: bytes, second: bytes) -> bytes:
+    return hmac.new(key, role + first + second, hashlib.sha256).digest()
+
+
+def _key(secret: str) -> bytes:
+    try:
+        return bytes.fromhex(secret)
+    except (TypeError, ValueError) as error:
+        raise ValueError("a wire secret is hex") from error
+
+
+def introduce(sock: socket.socket, key: bytes, sender: str, ring: Ring | None = None,
+              timeout: float = HANDSHAKE_TIMEOUT) -> Ring | None:
+    """The connector's side of the handshake and hello on a new connection ``sock`` to
+    a wire holding ``key``; the ring if the reader took it.
+
+    Raises ``ConnectionError`` if the listener does not prove it holds the key (or the
+    connection fails), ``TimeoutError`` if it is silent for ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    magic, theirs = CHALLENGE.unpack(_recv_by(sock, CHALLENGE.size, deadline))
+    if magic != AUTH_MAGIC:
+        raise ConnectionError("not an sdnn wire")
+    mine = secrets.token_bytes(NONCE)
+    sock.sendall(mine + _proof(key, _CONNECTOR, theirs, mine))
+    answer = bytes(_recv_by(sock, DIGEST, deadline))
+    if not hmac.compare_digest(answer, _proof(key, _LISTENER, mine, theirs)):
+        raise ConnectionError("the listener does not hold its wire's secret")
+    name = sender.encode()
+    path = ring.path.encode() if ring is not None else b""
+    token = ring.token if ring is not None else bytes(16)
+    sock.sendall(HELLO.pack(HELLO_MAGIC, len(name), len(path), token) + name + path)
+    if ring is not None:
+        ring = _ring_answer(sock, ring, deadline)
+    sock.settimeout(None)
+    return ring
+
+
+def _authenticate(sock: socket.socket, key: bytes,
+                  timeout: float = AUTH_TIMEOUT) -> tuple[str, str, bytes] | None:
+    """The listener's side: the connector's (sender, ring path, ring token) once it has
+    proved it holds ``key``; None if it did not (nothing of it parsed but fixed-size
+    handshake bytes). Raises ``OSError`` if the connection fails or is too slow."""
+    deadline = time.monotonic() + timeout
+    mine = secrets.token_bytes(NONCE)
+    sock.sendall(CHALLENGE.pack(AUTH_MAGIC, mine))
+    answer = bytes(_recv_by(sock, NONCE + DIGEST, deadline))
+    theirs, proof = answer[:NONCE], answer[NONCE:]
+    if not hmac.compare_digest(proof, _proof(key, _CONNECTOR, mine, theirs)):
+        return None
+    sock.sendall(_proof(key, _LISTENER, theirs, mine))
+    # from here on the peer holds the secret; still, every length is bounded
+    magic, n_name, n_path, token = HELLO.unpack(_recv_by(sock, HELLO.size, deadline))
+    if magic != HELLO_MAGIC or n_name > MAX_NAME or n_path > MAX_NAME:
+        raise FrameError("not a wire hello")
+    names = bytes(_recv_by(sock, n_name + n_path, deadline))
+    sock.settimeout(None)
+    try:
+        return names[:n_name].decode(), names[n_name:].decode(), token
+    except UnicodeDecodeError as error:
+        raise FrameError("a hello's names are not text") from error
+
+
 def _frames(msg: dict[str, Any],
             place: Callable[[list[memoryview]], list[int]] | None = None) -> list[Any]:
     """A message as the buffers of one frame: a Serialized payload's frames travel as
     they are (not copied); everything else is pickled, arrays out of band.
     ``place(buffers)``, if given, puts some elsewhere (a ring) and says where each is
-    (0: it stays in the frame)."""
+    (0: it stays in the frame). Raises :exc:`FrameTooLarge` past the frame's bounds
+    (before anything is placed)."""
     payload = msg.get("payload")
     buffers: list[Any] = []
     if isinstance(payload, Serialized):
@@ -103,6 +265,12 @@ def _frames(msg: dict[str, Any],
     else:
         header = pickle.dumps(msg, protocol=5,
                               buffer_callback=lambda b: buffers.append(b.raw()))
+    total = sum(b.nbytes for b in buffers)
+    if len(header) > MAX_HEADER or len(buffers) > MAX_BUFFERS or total > MAX_FRAME_BYTES:
+        raise FrameTooLarge(
+            f"a message of {len(header)} header bytes and {len(buffers)} buffers of "
+            f"{total} bytes is past the wire's bounds ({MAX_HEADER}, {MAX_BUFFERS}, "
+            f"{MAX_FRAME_BYTES}): send it in pieces")
     where = place(buffers) if place is not None else [0] * len(buffers)
     entries = b"".join(ENTRY.pack(b.nbytes, w) for b, w in zip(buffers, where, strict=True))
     inline = [b for b, w in zip(buffers, where, strict=True) if w == 0]
@@ -110,21 +278,27 @@ def _frames(msg: dict[str, Any],
 
 
 def read_frame(sock: socket.socket, ring: Ring | None = None) -> dict[str, Any]:
-    """One message from ``sock`` and its ``ring`` (the inverse of :func:`_frames`)."""
+    """One message from ``sock`` and its ``ring`` (the inverse of :func:`_frames`), read
+    from an authenticated peer. Raises :exc:`FrameError` for a frame past its bounds
+    (nothing allocated for it), ``ConnectionError`` at EOF."""
     magic, header_bytes, n = PREFIX.unpack(_recv_exactly(sock, PREFIX.size))
     if magic != MAGIC:
-        raise ConnectionError("not an sdnn wire frame")
+        raise FrameError("not an sdnn wire frame")
+    if header_bytes > MAX_HEADER or n > MAX_BUFFERS:
+        raise FrameError(f"a frame of {header_bytes} header bytes and {n} buffers")
     raw = _recv_exactly(sock, ENTRY.size * n)
     entries = [ENTRY.unpack_from(raw, ENTRY.size * i) for i in range(n)]
+    if sum(nbytes for nbytes, where in entries if where == 0) > MAX_FRAME_BYTES:
+        raise FrameError("a frame's buffers are past the wire's bound")
     header = _recv_exactly(sock, header_bytes)
     buffers = []
     for nbytes, where in entries:
         if where == 0:
             buffers.append(_recv_exactly(sock, nbytes))
         elif ring is None:
-            raise ConnectionError("a frame points into a ring this connection has not")
+            raise FrameError("a frame points into a ring this connection has not")
         else:
-            buffers.append(ring.take(where - 1, nbytes))
+            buffers.append(ring.take(where - 1, nbytes))  # checks its bounds
     msg = pickle.loads(header, buffers=buffers)
     if "serialized" in msg:  # a Serialized payload: its frames were the buffers
         msg["payload"] = Serialized(msg.pop("serialized"), buffers)
@@ -153,21 +327,28 @@ class Wire:
                  lost: Callable[[str], None], *, ring: int = 0):
         self.here, self._deliver, self._lost = here, deliver, lost
         self._ring_size = ring
-        self.secret = secrets.token_hex(16)
+        self.secret = secrets.token_hex(32)
+        self._key = _key(self.secret)
         self._listener = socket.create_server((host, 0))
         self.address: WireAddress = (host, self._listener.getsockname()[1], self.secret)
-        self._peers: dict[str, WireAddress] = {}
+        self._peers: dict[str, tuple[str, int, bytes]] = {}
         self._out: dict[str, tuple[socket.socket, threading.Lock, Ring | None]] = {}
         self._lock = threading.Lock()
         self._connecting = threading.Lock()
         self._closing = False
-        self._accepted: list[socket.socket] = []
+        self._accepted: set[socket.socket] = set()  # open, proved or not
+        self._pending: dict[socket.socket, None] = {}  # not proved yet, oldest first
+        if crosses_network(host):
+            logger.warning("the sdnn wire listens on %s: its frames cross the network "
+                           "authenticated (HMAC) but not encrypted", host)
         threading.Thread(target=self._accept, name="sdnn-wire-accept", daemon=True).start()
 
     def know(self, peers: dict[str, WireAddress]) -> None:
         """Learn the peers' wire addresses (worker address -> (host, port, secret))."""
+        table = {a: (str(w[0]), int(w[1]), _key(w[2])) for a, w in peers.items()
+                 if a != self.here}
         with self._lock:
-            self._peers.update({a: tuple(w) for a, w in peers.items() if a != self.here})
+            self._peers.update(table)
 
     def reaches(self, address: str) -> bool:
         """Whether pieces for ``address`` can go this way."""
@@ -192,18 +373,14 @@ class Wire:
                 found = self._out.get(address)
                 if found is not None:
                     return found
-                host, port, secret = self._peers[address]
-            sock = socket.create_connection((host, port))
+                host, port, key = self._peers[address]
+            sock = socket.create_connection((host, port), timeout=HANDSHAKE_TIMEOUT)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             _tune(sock)
             ring = (Ring.create(self._ring_size)
                     if self._ring_size and host == self.address[0] else None)
-            hello = {"hello": secret, "sender": self.here}
-            if ring is not None:
-                hello.update(ring=ring.path, ring_token=ring.token.hex())
             try:
-                sock.sendall(b"".join(_frames(hello)))
-                if ring is not None:
-                    ring = _ring_answer(sock, ring)
+                ring = introduce(sock, key, self.here, ring)
             except OSError:
                 sock.close()
                 if ring is not None:
@@ -215,7 +392,8 @@ class Wire:
 
     def send(self, address: str, msg: dict[str, Any]) -> int:
         """Write ``msg`` to ``address`` from this thread; the bytes written. Raises
-        ``OSError`` if the connection fails (then it is dropped)."""
+        ``OSError`` if the connection fails (then it is dropped), :exc:`FrameTooLarge`
+        (nothing sent) for a message past a frame's bounds."""
         sock, lock, ring = self._connection(address)
         with lock:
             before = ring.bytes if ring is not None else 0
@@ -223,6 +401,8 @@ class Wire:
                 frames = _frames(msg, _placer(ring, sock) if ring is not None else None)
                 for frame in frames:
                     sock.sendall(frame)
+            except FrameTooLarge:
+                raise
             except (OSError, ValueError) as error:  # ValueError: the ring closed under it
                 with self._lock:
                     self._out.pop(address, None)
@@ -241,54 +421,81 @@ class Wire:
         while not self._closing:
             try:
                 sock, _ = self._listener.accept()
-            except OSError:
-                return
-            _tune(sock)
-            self._accepted.append(sock)
+            except OSError as error:
+                if self._closing or error.errno not in _PASSING:
+                    return
+                time.sleep(0.05)  # out of descriptors: some close soon
+                continue
+            oldest = None
+            with self._lock:
+                if len(self._accepted) >= MAX_CONNECTIONS + len(self._peers):
+                    sock.close()  # over the cap: closed as it comes, no thread
+                    continue
+                if len(self._pending) >= MAX_PENDING:
+                    oldest = next(iter(self._pending))
+                    del self._pending[oldest]
+                self._accepted.add(sock)
+                self._pending[sock] = None
+            if oldest is not None:
+                _shut(oldest)  # its reader wakes and closes it
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             threading.Thread(target=self._read, args=(sock,), name="sdnn-wire-read",
                              daemon=True).start()
 
     def _read(self, sock: socket.socket) -> None:
         sender, ring = None, None
         try:
-            hello = read_frame(sock)
-            if not hmac.compare_digest(str(hello.get("hello", "")), self.secret):
+            hello = _authenticate(sock, self._key)
+            if hello is None:
                 return  # not one of ours: closed unread
-            sender = hello.get("sender")
-            if hello.get("ring"):
-                ring = _attach(hello)
+            with self._lock:
+                if self._pending.pop(sock, False) is False:
+                    return  # closed as the oldest waiting while it proved itself
+            sender, path, token = hello
+            _tune(sock)
+            if path:
+                ring = _attach(path, token)
                 sock.sendall(b"\x01" if ring is not None else b"\x00")
             while True:
                 self._deliver(read_frame(sock, ring))
-        except (OSError, ConnectionError, EOFError, pickle.UnpicklingError):
+        except (OSError, EOFError):  # the connection broke (or a stranger was too slow)
+            pass
+        except Exception as error:  # a bad frame: one line, not a thread's traceback
             if sender is not None and not self._closing:
-                self._lost(sender)
+                logger.warning("sdnn wire: closed the connection from %s: %s: %s", sender,
+                               type(error).__name__, error)
         finally:
+            with self._lock:
+                self._pending.pop(sock, None)
+                self._accepted.discard(sock)
             sock.close()
             if ring is not None:
                 ring.close()
+            if sender is not None and not self._closing:
+                self._lost(sender)
 
     def close(self) -> None:
         """Stop listening and close every connection."""
         self._closing = True
-        try:  # wakes the thread blocked in accept(); close() alone would leave it there
-            self._listener.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+        _shut(self._listener)  # wakes the thread blocked in accept(); close() would not
         self._listener.close()
         with self._lock:
             out, self._out = list(self._out.values()), {}
+            accepted = list(self._accepted)
         for sock, lock, ring in out:
             sock.close()  # a send waiting for ring space sees it closed and stops
             if ring is not None and lock.acquire(timeout=2.0):
                 ring.close()
                 lock.release()
-        for sock in self._accepted:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            sock.close()
+        for sock in accepted:
+            _shut(sock)  # its reader wakes and closes it
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
 
 
 def _placer(ring: Ring, sock: socket.socket) -> Callable[[list[memoryview]], list[int]]:
@@ -309,27 +516,24 @@ def _placer(ring: Ring, sock: socket.socket) -> Callable[[list[memoryview]], lis
     return place
 
 
-def _ring_answer(sock: socket.socket, ring: Ring) -> Ring | None:
+def _ring_answer(sock: socket.socket, ring: Ring, deadline: float) -> Ring | None:
     """The reader's answer to the ring offered: the ring if it mapped it, None (and the
-    ring closed) if it could not; an end of file is a failed connection."""
-    sock.settimeout(HANDSHAKE_TIMEOUT)
+    ring closed) if it could not; an end of file or silence is a failed connection
+    (``ConnectionError``; the ring left to the caller)."""
     try:
-        answer = sock.recv(1)
-    except TimeoutError as error:
+        answer = bytes(_recv_by(sock, 1, deadline))
+    except TimeoutError as error:  # the caller closes the ring
         raise ConnectionError("the peer did not answer the ring it was offered") from error
-    finally:
-        sock.settimeout(None)
     if answer == b"\x01":
         return ring
     ring.close()
-    if answer == b"":
-        raise ConnectionError("the connection closed during its hello")
     return None
 
 
-def _attach(hello: dict[str, Any]) -> Ring | None:
-    try:
-        token = bytes.fromhex(str(hello.get("ring_token", "")))
-    except ValueError:
+def _attach(path: str, token: bytes) -> Ring | None:
+    """The ring a peer offered, if it is one of the wire's own in :data:`~.ring.
+    DIRECTORY` (no other file is opened)."""
+    if os.path.dirname(path) != DIRECTORY or not os.path.basename(path).startswith(
+            "sdnn-wire-"):
         return None
-    return Ring.attach(str(hello["ring"]), token)
+    return Ring.attach(path, token)
