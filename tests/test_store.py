@@ -207,7 +207,8 @@ def test_a_bad_layer_is_raised_when_the_iterator_reaches_it(written, net):
     indices[100] = N + 5
     indices.flush()
     del indices
-    opened = store.open_store(written)  # the contents are checked lazily
+    # the contents are checked lazily (the hashes aside, which would find it first)
+    opened = store.open_store(written, check_hashes=False)
     layers = opened.layers(window=3)
     assert _same_layer(next(layers), net.layers[0])
     assert _same_layer(next(layers), net.layers[1])
@@ -391,7 +392,8 @@ def test_bad_contents_are_found_when_the_layer_is_first_read(written_v1, damage,
                                                              message):
     written = written_v1
     damage(written)
-    opened = store.open_store(written)  # sizes and headers are right
+    # sizes and headers are right; the contents' checks (the hashes would find it first)
+    opened = store.open_store(written, check_hashes=False)
     k = int(file[1])
     with pytest.raises(ChallengeFormatError) as info:
         opened.layer(k)
@@ -406,12 +408,14 @@ def test_bad_contents_are_found_when_the_layer_is_first_read(written_v1, damage,
 def test_verify_finds_a_changed_weight_by_its_hash(written_v1):
     written = written_v1
     _set(written, "l2.data.npy", 3, 0.125)  # a valid weight: only the hash tells
-    opened = store.open_store(written)
+    opened = store.open_store(written, check_hashes=False)  # sdnn.store.verify: false
     assert opened.layer(2).data[3] == np.float32(0.125)
     with pytest.raises(ChallengeFormatError) as info:
         opened.verify()
     assert info.value.path == written / "l2.data.npy"
     assert "differs from the manifest's" in str(info.value)
+    with pytest.raises(ChallengeFormatError, match="differs from the manifest's"):
+        store.open_store(written).layer(2)  # the default: checked on the first read
 
 
 # --------------------------------------------------------------------------- conversion

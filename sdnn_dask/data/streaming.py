@@ -16,8 +16,9 @@ that stream the same store read the same pages of the operating system's page ca
 rather than each a private copy; on a cluster they read from the shared file system. (A
 version-2 store's compact files, uint16 columns and no file for uniform rows or a
 constant value, are what is read and cached; each process decodes them.) A streamed network
-pickles as its store's folder, layer count and window: a worker given one opens the store
-itself (once per process).
+pickles as its store's folder, layer count, window and whether layers are checked against
+their SHA-256 (``sdnn.store.verify``, read once where the network is made: the client): a
+worker given one opens the store itself (once per process) and checks what it reads.
 """
 
 from __future__ import annotations
@@ -44,8 +45,9 @@ PathLike = str | os.PathLike
 #: only: a RadiX-Net layer at N = 65536 is 4.2 MB in a version-2 store, 25 MB in version 1).
 READ_AHEAD = 4
 
-#: Stores opened in this process, by folder and manifest time: a worker opens each once.
-_OPENED: dict[tuple[str, int], NetworkStore] = {}
+#: Stores opened in this process, by folder, manifest time and hash checking: a worker
+#: opens each once.
+_OPENED: dict[tuple[str, int, bool], NetworkStore] = {}
 _OPENED_LOCK = threading.Lock()
 
 #: Bytes of store files this process has read for the kernel, by store folder.
@@ -58,11 +60,14 @@ def bytes_read(folder: PathLike) -> int:
     return _READ.get(str(Path(folder).resolve()), 0)
 
 
-def _opened(folder: Path) -> NetworkStore:
-    key = (str(folder.resolve()), (folder / "manifest.json").stat().st_mtime_ns)
+def _opened(folder: Path, check_hashes: bool | None = None) -> NetworkStore:
+    if check_hashes is None:
+        check_hashes = bool(config.get("store.verify", True))
+    key = (str(folder.resolve()), (folder / "manifest.json").stat().st_mtime_ns,
+           bool(check_hashes))
     with _OPENED_LOCK:
         if key not in _OPENED:
-            _OPENED[key] = open_store(folder)
+            _OPENED[key] = open_store(folder, check_hashes=check_hashes)
         return _OPENED[key]
 
 
@@ -87,6 +92,10 @@ class StreamedNetwork:
         Layers to run (default: all the store holds).
     window
         Layers prepared ahead of the one computing (default ``sdnn.store.window``).
+    check_hashes
+        Whether the processes that read the layers check them against their SHA-256 on
+        their first read (default: the store's own setting if a store is given, else
+        ``sdnn.store.verify``).
 
     Examples
     --------
@@ -96,8 +105,16 @@ class StreamedNetwork:
     """
 
     def __init__(self, store: NetworkStore | PathLike, n_layers: int | None = None,
-                 window: int | None = None):
-        self.store = store if isinstance(store, NetworkStore) else _opened(Path(store))
+                 window: int | None = None, check_hashes: bool | None = None):
+        if check_hashes is None and isinstance(store, NetworkStore):
+            check_hashes = store.check_hashes
+        if check_hashes is None:  # resolved here, once: a worker is given the answer
+            check_hashes = bool(config.get("store.verify", True))
+        self.check_hashes = bool(check_hashes)
+        self.store = (store if isinstance(store, NetworkStore)
+                      and store.check_hashes == self.check_hashes
+                      else _opened(Path(store.folder if isinstance(store, NetworkStore)
+                                        else store), self.check_hashes))
         held = self.store.n_layers
         self.n_layers = held if n_layers is None else int(n_layers)
         if not 1 <= self.n_layers <= held:
@@ -118,7 +135,8 @@ class StreamedNetwork:
                 f"window={self.window})")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (StreamedNetwork, (str(self.store.folder), self.n_layers, self.window))
+        return (StreamedNetwork, (str(self.store.folder), self.n_layers, self.window,
+                                  self.check_hashes))
 
     @property
     def layers(self) -> _Layers:

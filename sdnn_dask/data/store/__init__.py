@@ -17,9 +17,10 @@ same from the challenge's text files, one Dask task per file, and :func:`convert
 from another store (a version-1 store rewritten as version 2).
 
 :func:`open_store` checks what is cheap at once (the manifest, and for every file: present,
-its size, its ``.npy`` header's dtype and shape) and the contents of a layer when it is
-first read (see :meth:`NetworkStore.layer`); :meth:`NetworkStore.verify` also compares
-every file with its SHA-256. Anything wrong is a
+its size, its ``.npy`` header's dtype and shape), and a layer when a process first reads
+it (see :meth:`NetworkStore.layer`): its files against their SHA-256 in the manifest
+(``sdnn.store.verify``, default true; once per file and process) and its contents;
+:meth:`NetworkStore.verify` checks every file and layer at once. Anything wrong is a
 :class:`~sdnn_dask.data.io.ChallengeFormatError` naming the file (or the manifest).
 
 * :mod:`.encoding`: how a layer's arrays are kept (the version-2 encodings);
@@ -34,10 +35,10 @@ every file with its SHA-256. Anything wrong is a
 from .convert import convert_challenge, convert_layer, convert_store
 from .encoding import LayerEncoding
 from .manifest import BIAS_FILE, FORMAT, MANIFEST, READS, VERSION, layer_file
-from .reader import NetworkStore, open_store, writable_array
+from .reader import NetworkStore, check_hash_once, open_store, writable_array
 from .writer import StoreWriter, check_destination, write_layer_files, write_network, write_store
 
 __all__ = ["BIAS_FILE", "FORMAT", "MANIFEST", "READS", "VERSION", "LayerEncoding",
-           "NetworkStore", "StoreWriter", "check_destination", "convert_challenge",
-           "convert_layer", "convert_store", "layer_file", "open_store", "writable_array",
-           "write_layer_files", "write_network", "write_store"]
+           "NetworkStore", "StoreWriter", "check_destination", "check_hash_once",
+           "convert_challenge", "convert_layer", "convert_store", "layer_file", "open_store",
+           "writable_array", "write_layer_files", "write_network", "write_store"]

@@ -157,7 +157,7 @@ def convert_store(
     FileExistsError
         See :func:`~.writer.check_destination`.
     """
-    opened = open_store(source)
+    opened = open_store(source, check_hashes=False)  # verify_layer hashes, as asked
     total = opened.n_layers if n_layers is None else n_layers
     if isinstance(total, bool) or not isinstance(total, int) or \
             not 1 <= total <= opened.n_layers:

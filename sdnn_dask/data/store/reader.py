@@ -7,10 +7,17 @@ read, and the operating system may drop them again; what a version-2 store keeps
 compactly (uint16 columns, a constant value, uniform rows: :mod:`.encoding`) is decoded
 into new arrays, the same values bit for bit. :func:`open_store` checks what is cheap at
 once (the manifest, and for every file: present, its size, its ``.npy`` header's dtype
-and shape) and the contents of a layer when it is first read (see
-:meth:`NetworkStore.layer`); :meth:`NetworkStore.verify` also compares every file with
-its SHA-256. Anything wrong is a :class:`~sdnn_dask.data.io.ChallengeFormatError` naming
-the file (or the manifest, for what it holds).
+and shape) and a layer when a process first reads it (see :meth:`NetworkStore.layer`):
+its files against the SHA-256 the manifest lists (unless ``sdnn.store.verify`` is false),
+then its contents; :meth:`NetworkStore.verify` checks every file and layer at once.
+Anything wrong is a :class:`~sdnn_dask.data.io.ChallengeFormatError` naming the file (or
+the manifest, for what it holds).
+
+A process hashes each file once (:func:`check_hash_once` remembers the files it checked,
+by path, expected hash, size, times and inode), so a run pays for it once per process:
+in the thread that reads the layer ahead (:meth:`NetworkStore.layers`, the streamed
+kernel's), where hashlib releases the GIL. A file changed since, even in place, is
+hashed again.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
+from ... import config
 from ...core.network import Network
 from ..io import ChallengeFormatError
 from .encoding import PARTS, decode
@@ -41,14 +49,26 @@ from .manifest import (
 )
 
 
-def open_store(folder: PathLike, *, verify: bool = False) -> NetworkStore:
+def open_store(folder: PathLike, *, verify: bool = False, check_hashes: bool | None = None
+               ) -> NetworkStore:
     """Open a network store for reading.
 
     Checks the manifest (present, this format and a version this release reads: 1 or 2,
     consistent counts and encodings) and every file it lists (present, its size, its
-    ``.npy`` header: dtype and shape), which reads a few hundred bytes per file. The
-    arrays' contents are checked when a layer is first read (:meth:`NetworkStore.layer`);
-    ``verify`` checks them all now, and every SHA-256.
+    ``.npy`` header: dtype and shape), which reads a few hundred bytes per file. A layer's
+    files are checked against their SHA-256 and its arrays' contents when it is first read
+    (:meth:`NetworkStore.layer`); ``verify`` checks them all now.
+
+    Parameters
+    ----------
+    folder
+        The store's folder.
+    verify
+        Check every file's SHA-256 and every layer now (reads the whole store).
+    check_hashes
+        Check each layer's files against their SHA-256 when this process first reads them
+        (default ``sdnn.store.verify``, true); false skips it, knowingly: a file changed
+        in place, within its columns' range, is then read as it is.
 
     Raises
     ------
@@ -62,7 +82,9 @@ def open_store(folder: PathLike, *, verify: bool = False) -> NetworkStore:
         for part, dtype, length in layer_encoding(manifest, k).files(n, entry["nnz"]):
             file = entry["files"][part]
             check_file(folder / file["name"], file, f"layer {k}'s {part}", dtype, length)
-    store = NetworkStore(folder, manifest)
+    if check_hashes is None:
+        check_hashes = bool(config.get("store.verify", True))
+    store = NetworkStore(folder, manifest, check_hashes=check_hashes)
     if verify:
         store.verify()
     return store
@@ -89,11 +111,15 @@ class NetworkStore:
     encodings
         How each layer is stored, layer ``k`` at ``k - 1``
         (:class:`~sdnn_dask.data.store.encoding.LayerEncoding`).
+    check_hashes
+        Whether a layer's files (and the bias file) are checked against their SHA-256
+        when this process first reads them (see :func:`open_store`).
     """
 
-    def __init__(self, folder: Path, manifest: dict[str, Any]):
+    def __init__(self, folder: Path, manifest: dict[str, Any], *, check_hashes: bool = True):
         self.folder = folder
         self.manifest = manifest
+        self.check_hashes = bool(check_hashes)
         self.n_neurons: int = manifest["n_neurons"]
         self.n_layers: int = manifest["n_layers"]
         self.edges: int = manifest["edges"]
@@ -116,6 +142,8 @@ class NetworkStore:
         path = self.folder / BIAS_FILE
         dtype = np.dtype("<f4")
         check_file(path, file, "the per-neuron bias", dtype, self.n_neurons)
+        if self.check_hashes:
+            check_hash_once(path, file)
         bias = np.load(path, allow_pickle=False)
         if not np.isfinite(bias).all():
             raise ChallengeFormatError(path, "values that are not finite; expected a finite "
@@ -162,7 +190,10 @@ class NetworkStore:
         from this store its contents are checked, as decoded, which reads all of it once:
         ``indptr`` from 0 to the layer's nonzeros, never decreasing; columns in
         ``0..N-1``, strictly increasing in each row; values finite and nonzero. So the
-        matrix is canonical CSR (scipy never needs to sort or write it).
+        matrix is canonical CSR (scipy never needs to sort or write it). Before that, with
+        :attr:`check_hashes`, the first time this process reads each of the layer's files
+        (or reads it again since it changed) it is hashed and compared with the manifest's
+        SHA-256, which reads the file once more (then from the page cache).
 
         Raises
         ------
@@ -173,6 +204,9 @@ class NetworkStore:
         """
         self._check_index(k)
         k = int(k)
+        if self.check_hashes:  # before anything of the layer is used
+            for path, file in self._layer_files(k):
+                check_hash_once(path, file)
         arrays = self._map(k)
         with self._lock:
             checked = k in self._checked
@@ -343,7 +377,7 @@ class NetworkStore:
             Naming the first file whose hash differs or that fails a check.
         """
         for path, file in self._files():
-            _check_hash(path, file)
+            check_hash_once(path, file, again=True)  # asked for: read every byte now
         for k in range(1, self.n_layers + 1):
             self.layer(k)
 
@@ -360,8 +394,55 @@ class NetworkStore:
         """
         self._check_index(k)
         for path, file in self._layer_files(int(k)):
-            _check_hash(path, file)
+            check_hash_once(path, file, again=True)
         self.layer(k)
+
+
+#: Files this process has found to hold their manifest's SHA-256, each as
+#: :func:`_file_identity` says it was then: a file written since (in place too) has
+#: another modification or change time, or inode, and is hashed again.
+_HASHED: set[tuple[Any, ...]] = set()
+_HASHED_LOCK = threading.Lock()
+
+
+def _file_identity(path: Path, file: dict[str, Any]) -> tuple[Any, ...]:
+    status = os.stat(path)
+    return (os.path.abspath(path), file["sha256"], status.st_size, status.st_mtime_ns,
+            status.st_ctime_ns, status.st_ino, status.st_dev)
+
+
+def check_hash_once(path: Path, file: dict[str, Any], *, again: bool = False) -> bool:
+    """A file's SHA-256 against its manifest entry, unless this process checked the same
+    file (path, hash, size, times, inode) before and not ``again``.
+
+    Returns
+    -------
+    bool
+        Whether it was hashed now.
+
+    Raises
+    ------
+    ChallengeFormatError
+        Naming the file: its hash differs, or it cannot be read.
+    """
+    try:
+        identity = _file_identity(path, file)  # before reading: a write after is seen
+    except OSError as error:
+        raise ChallengeFormatError(path, f"cannot be read ({error.strerror or error})"
+                                   ) from None
+    with _HASHED_LOCK:
+        if identity in _HASHED and not again:
+            return False
+    _check_hash(path, file)
+    with _HASHED_LOCK:
+        _HASHED.add(identity)
+    return True
+
+
+def forget_hashes() -> None:
+    """Forget which files this process has hashed (the next read of each hashes it)."""
+    with _HASHED_LOCK:
+        _HASHED.clear()
 
 
 def _check_hash(path: Path, file: dict[str, Any]) -> None:
@@ -374,7 +455,8 @@ def _check_hash(path: Path, file: dict[str, Any]) -> None:
     if digest != file["sha256"]:
         raise ChallengeFormatError(path, f"SHA-256 {digest[:16]}... differs from the "
                                    f"manifest's {file['sha256'][:16]}...: the file "
-                                   "changed since the store was written")
+                                   "changed since the store was written (restore it, or "
+                                   "write the store again)")
 
 
 @numba.njit(nogil=True, cache=True)
