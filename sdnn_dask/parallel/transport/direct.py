@@ -30,6 +30,7 @@ part fails or the caller is interrupted, so no task is left waiting for a piece.
 from __future__ import annotations
 
 import time
+import warnings
 from concurrent.futures import CancelledError
 from typing import Any
 
@@ -48,6 +49,7 @@ from .exchange import (
     wait_pieces,
 )
 from .slot import joined_run
+from .wire import crosses_network
 
 #: How often a waiting part checks that its task is still wanted, and the client that
 #: the run's workers are still connected.
@@ -90,12 +92,19 @@ def connect_peers(client: Client, workers: list[str], *, wire: bool | None = Non
     """Open every worker pair's connection before the clock starts; with ``wire``
     (default ``sdnn.transport.wire``), start the workers' :class:`~.wire.Wire` and hand
     out their addresses, so pieces between worker processes of a plain ``tcp://``
-    cluster go by it."""
+    cluster go by it. Warns if a wire listens beyond loopback: its frames are
+    authenticated, not encrypted."""
     client.run(_connect_peers, peers=workers, workers=workers)
     if wire is None:
         wire = bool(config.get("transport.wire", True))
     if wire and len(workers) > 1:
         table = client.run(_wire_address, workers=workers)
+        exposed = sorted({w[0] for w in table.values() if w and crosses_network(w[0])})
+        if exposed:  # a TLS cluster has no wire (its addresses are None)
+            warnings.warn(f"the workers' wire listens on {', '.join(exposed)}: its frames "
+                          "cross the network authenticated (HMAC) but not encrypted, as "
+                          "this tcp:// cluster's comms do; a tls:// cluster encrypts both "
+                          "(and keeps pieces off the wire)", UserWarning, stacklevel=2)
         client.run(_know_wires, table=table, workers=workers)
 
 

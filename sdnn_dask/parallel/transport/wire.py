@@ -66,6 +66,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from distributed.protocol import Serialized
 
 from .ring import DIRECTORY, Ring
@@ -102,6 +103,10 @@ MAX_CONNECTIONS = 64
 MAX_HEADER = 16 << 20
 MAX_BUFFERS = 1 << 16
 MAX_FRAME_BYTES = 4 << 30
+
+#: Buffers read from the socket from this size on are allocated untouched (see
+#: :func:`_recv_exactly`).
+LAZY_BYTES = 1 << 20
 
 #: The handshake: the listener's challenge (magic, nonce), the connector's answer (its
 #: nonce, its HMAC), the listener's HMAC; then the hello (magic, sender and ring path
@@ -156,9 +161,11 @@ def _tune(sock: socket.socket) -> None:
             pass
 
 
-def _recv_exactly(sock: socket.socket, n: int) -> bytearray:
-    """``n`` bytes from ``sock`` into a buffer of their own (``ConnectionError`` at EOF)."""
-    out = bytearray(n)
+def _recv_exactly(sock: socket.socket, n: int) -> bytearray | memoryview:
+    """``n`` bytes from ``sock`` into a buffer of their own (``ConnectionError`` at EOF).
+    From :data:`LAZY_BYTES` on the buffer is not zeroed first (``bytearray`` would touch
+    every page): its memory is taken as the bytes arrive, not when they are announced."""
+    out = bytearray(n) if n < LAZY_BYTES else np.empty(n, np.uint8)
     view = memoryview(out)
     got = 0
     while got < n:
@@ -166,7 +173,7 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytearray:
         if k == 0:
             raise ConnectionError("the connection closed")
         got += k
-    return out
+    return out if n < LAZY_BYTES else view
 
 
 def _recv_by(sock: socket.socket, n: int, deadline: float) -> bytearray:
@@ -225,11 +232,12 @@ def introduce(sock: socket.socket, key: bytes, sender: str, ring: Ring | None = 
 
 
 def _authenticate(sock: socket.socket, key: bytes,
-                  timeout: float = AUTH_TIMEOUT) -> tuple[str, str, bytes] | None:
+                  timeout: float | None = None) -> tuple[str, str, bytes] | None:
     """The listener's side: the connector's (sender, ring path, ring token) once it has
     proved it holds ``key``; None if it did not (nothing of it parsed but fixed-size
-    handshake bytes). Raises ``OSError`` if the connection fails or is too slow."""
-    deadline = time.monotonic() + timeout
+    handshake bytes). Raises ``OSError`` if the connection fails or takes longer than
+    ``timeout`` (default :data:`AUTH_TIMEOUT`)."""
+    deadline = time.monotonic() + (AUTH_TIMEOUT if timeout is None else timeout)
     mine = secrets.token_bytes(NONCE)
     sock.sendall(CHALLENGE.pack(AUTH_MAGIC, mine))
     answer = bytes(_recv_by(sock, NONCE + DIGEST, deadline))
