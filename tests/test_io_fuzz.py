@@ -21,7 +21,9 @@ The format, as the readers accept it:
   non-ASCII bytes, NUL, ...;
 - an id (row, column, category) is a whole number (as a float64), at least 1 and at most
   the declared size, or 2**31 - 1 when none is declared (then the size is the largest id);
-  ``2.0`` and ``2e0`` are the id 2;
+  ``2.0`` and ``2e0`` are the id 2; when none is declared and every line of a triples
+  file is three numbers, an id is also at most the larger of 2**20 and 4 per line (so a
+  line cannot make a matrix out of proportion to the file);
 - a value must stay finite once rounded to float32 (``1e39`` does not); a value that
   rounds to zero (``0``, ``-0``, ``1e-50``) is accepted and stored as no entry;
 - a (row, column) pair may appear on one line only: a repeat is an error at the repeating
@@ -130,8 +132,12 @@ def expect_triples(data: bytes, shape=(None, None), plain: bool = True):
     """``(shape, {(row, col): float32 value})``, 0-based, or raises Empty or Bad."""
     not_plain(data, plain)
     entries, seen, top = {}, set(), [0, 0]
-    limits = [INDEX_MAX if s is None else s for s in shape]
-    for line, fields in enumerate(data_lines(data), start=1):
+    lines = data_lines(data)
+    # the bound on an undeclared size is the whole file's: it holds once every line parses
+    parses = all(len(f) == 3 and all(number(x) is not None for x in f) for f in lines)
+    undeclared = min(INDEX_MAX, max(2**20, 4 * len(lines))) if parses else INDEX_MAX
+    limits = [undeclared if s is None else s for s in shape]
+    for line, fields in enumerate(lines, start=1):
         if len(fields) != 3:
             raise Bad(line)
         row, col, value = (number(f) for f in fields)
@@ -321,8 +327,10 @@ def mutated(draw, lines: list[bytes], limits) -> list[bytes]:
         elif kind == "range" and fields:
             j = draw(st.integers(0, min(len(fields), 2) - 1)) if len(fields) > 1 else 0
             limit = limits[min(j, 1)] or INDEX_MAX
+            # 2**20 and one more: either side of the bound on an undeclared size
             fields[j] = b"%d" % draw(st.sampled_from([0, -1, -limit, limit + 1, 2 * limit,
-                                                      2**31, 2**40, 10**20]))
+                                                      2**20, 2**20 + 1, 2**31, 2**40,
+                                                      10**20]))
         elif kind == "insert":
             line = draw(st.sampled_from([b"", b" ", b"\t", b" \t ", b"\x00", b"#", b"\x1a",
                                          b"\x0c", b"\xff\xfe", b"\x1f\x8b\x08\x00"])

@@ -230,6 +230,58 @@ def _diagnose_lines(path: Path, n_columns: int) -> tuple[np.ndarray, ChallengeFo
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _INDEX_MAX = int(np.iinfo(np.int32).max)  # 0-based int32 indices hold 1-based ids up to this
 
+# An undeclared size is the largest id read, so one line can ask for any size: "1e9 1 1"
+# made a 200-line file a 1e9-row matrix (4 GB of row pointers, and more on the way). The
+# rule: without a declared size, an id may be at most the larger of _FREE_IDS (the
+# challenge's 60000 rows and any file up to a million rows pass whatever it holds, for at
+# most 8 MB of row pointers) and _IDS_PER_LINE per line of the file. A row with no
+# nonzero has no line, so ids may run ahead of the lines, but at 4 per line three rows in
+# four may be empty and the row pointers (8 bytes a row at most) still cost less than the
+# line's own parsing (24 bytes of float64 staging and more for the COO arrays): the matrix
+# stays proportional to the file. A larger size is declared (``shape``, ``n_rows=``).
+_FREE_IDS = 1 << 20
+_IDS_PER_LINE = 4
+
+
+def justified_ids(lines: int) -> int:
+    """The largest id an undeclared size accepts in a file of ``lines`` lines (see above)."""
+    return max(_FREE_IDS, _IDS_PER_LINE * lines)
+
+
+# below this a matrix is not checked against the memory available: such sizes are not what
+# the check guards against, and the estimate of what is free is rough (address space
+# reserved by threads, freed memory malloc reuses)
+_CHECKED_BYTES = 64 << 20
+
+
+def _available_memory() -> int | None:
+    """Bytes this process can still allocate: the memory available, and the headroom under
+    ``RLIMIT_AS`` when one is set; ``None`` if it cannot be told."""
+    try:
+        import psutil
+
+        free = int(psutil.virtual_memory().available)
+        try:
+            import resource
+        except ImportError:  # not on POSIX: no address-space limit to read
+            return free
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft != resource.RLIM_INFINITY:
+            free = min(free, soft - int(psutil.Process().memory_info().vms))
+        return free
+    except (ImportError, OSError, ValueError):
+        return None
+
+
+def _matrix_bytes(shape: tuple[int, int], nnz: int) -> int:
+    """Peak bytes of building a ``shape`` CSR of ``nnz`` entries from the parsed lines.
+
+    The row pointers, and per entry: the int64 0-based ids, the COO row and column and the
+    CSR indices (int32, or int64 past 2**31), the float32 values twice.
+    """
+    index = 4 if max(*shape, nnz) < 2**31 else 8
+    return index * (shape[0] + 1) + nnz * (16 + 3 * index + 8)
+
 
 # the smallest magnitude float32 rounds to inf: halfway from its largest value to 2**128
 _FLOAT32_OVERFLOW = float.fromhex("0x1.ffffffp+127")
@@ -338,8 +390,14 @@ def _first_problem(checks: Iterable[tuple[np.ndarray, Callable[[int], str]]]):
     return None if first is None else (first[0] + 1, first[1](first[0]))
 
 
-def _triple_checks(table: np.ndarray, values32: np.ndarray, shape, width_note: str):
-    """The ``(mask, message)`` checks of :func:`_first_problem` for triples' ids and values."""
+def _triple_checks(table: np.ndarray, values32: np.ndarray, shape, width_note: str,
+                   justified: int | None):
+    """The ``(mask, message)`` checks of :func:`_first_problem` for triples' ids and values.
+
+    ``justified`` bounds the ids of an undeclared size (:func:`justified_ids`); ``None``
+    when the lines read are not the whole file (a syntax error stopped the reading): the
+    bound is the whole file's, and that file is an error anyway.
+    """
     for field in (0, 1):
         what, column = ("row", "column")[field], table[:, field]
         whole = np.isfinite(column) & (column == np.floor(column))
@@ -355,6 +413,12 @@ def _triple_checks(table: np.ndarray, values32: np.ndarray, shape, width_note: s
             # an undeclared size is the largest index: bound it before it sizes the matrix
             yield whole & (column > _INDEX_MAX), lambda i, w=what, c=column: (
                 f"{w} {int(c[i])} is beyond the largest supported index {_INDEX_MAX}")
+            if justified is not None:
+                yield whole & (column > justified), lambda i, w=what, c=column, b=justified: (
+                    f"{w} {int(c[i])} is beyond the {b} {w}s the file's {len(c)} lines "
+                    f"justify without a declared size (the larger of {_FREE_IDS} and "
+                    f"{_IDS_PER_LINE} per line); expected {w} ids up to {b}, or the size "
+                    "declared")
 
     def value_message(i: int) -> str:
         value = float(table[i, 2])
@@ -379,7 +443,9 @@ def read_triples(
         ``row col value`` per line, 1-based, tab (or space) separated, plain or ``.gz``.
     shape
         Declared ``(rows, columns)``; indices beyond it are an error. ``None`` (for either
-        or both): the largest index read.
+        or both): the largest index read, which must be at most :func:`justified_ids` of
+        the file's line count (the larger of 2**20 and 4 per line): one line cannot make
+        a matrix out of proportion to the file.
     width_note
         Appended to the message for a column beyond the declared width.
 
@@ -389,9 +455,11 @@ def read_triples(
         The file does not exist.
     ChallengeFormatError
         Empty file, wrong number of fields, a non-numeric field, an index below 1 or
-        beyond ``shape``, a value that is NaN or infinite once cast to float32 (``inf``,
-        ``nan``, ``1e40``), a (row, column) on more than one line; the message names
-        the file and the first offending line. Also a file that cannot be read
+        beyond ``shape`` (or, undeclared, beyond :func:`justified_ids`), a value that is
+        NaN or infinite once cast to float32 (``inf``, ``nan``, ``1e40``), a (row,
+        column) on more than one line; the message names the file and the first
+        offending line. A matrix that would not fit in the memory available (checked
+        before it is built, from 64 MiB up). Also a file that cannot be read
         (permissions, a folder) and a damaged ``.gz`` (truncated, not gzip, trailing
         bytes, corrupt), with the line where it is known.
     """
@@ -400,7 +468,8 @@ def read_triples(
     # checked after the cast: 1e40 is finite as float64 but inf as float32
     with np.errstate(over="ignore"):
         values32 = table[:, 2].astype(np.float32)
-    problem = _first_problem(_triple_checks(table, values32, shape, width_note))
+    justified = justified_ids(len(table)) if error is None else None
+    problem = _first_problem(_triple_checks(table, values32, shape, width_note, justified))
     if problem is not None or error is not None:
         # a (row, column) repeated before the bad line is an earlier offending line
         problem = _first_repeat(table[: len(table) if problem is None else problem[0] - 1]) \
@@ -417,6 +486,7 @@ def read_triples(
         int(rows.max()) if declared[0] is None else int(declared[0]),
         int(cols.max()) if declared[1] is None else int(declared[1]),
     )
+    _check_fits(path, table, full_shape, declared)
     matrix = sp.csr_matrix(
         (values32, (rows.astype(np.int64) - 1, cols.astype(np.int64) - 1)),
         shape=full_shape,
@@ -427,6 +497,31 @@ def read_triples(
         line, message = _first_repeat(table)
         raise ChallengeFormatError(path, message, line)
     return as_csr32(matrix)
+
+
+def _check_fits(path: Path, table: np.ndarray, shape: tuple[int, int],
+                declared: tuple[int | None, int | None]) -> None:
+    """Raise if the ``shape`` matrix of ``table``'s entries would not fit in memory.
+
+    Checked before it is built, so a size that cannot be had is an error naming its cause
+    (the line with the largest row id, or the declared row count) rather than a
+    ``MemoryError`` half way, or the machine swapping.
+    """
+    need = _matrix_bytes(shape, len(table))
+    if need < _CHECKED_BYTES:
+        return
+    free = _available_memory()
+    if free is None or need <= free:
+        return
+    size = f"a {shape[0]} x {shape[1]} matrix of {len(table)} entries needs {need / 1e9:.2f} GB"
+    have = f"more than the {max(free, 0) / 1e9:.2f} GB of memory available"
+    if declared[0] is not None:
+        raise ChallengeFormatError(path, f"the declared {shape[0]} rows make {size}, {have}; "
+                                   "expected a row count whose matrix fits in memory")
+    line = int(table[:, 0].argmax()) + 1  # the first line with the largest row id
+    raise ChallengeFormatError(
+        path, f"row {shape[0]} (the largest row id) makes {size}, {have}; expected a file "
+        "whose matrix fits in memory", line)
 
 
 def _first_repeat(table: np.ndarray) -> tuple[int, str] | None:
