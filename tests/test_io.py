@@ -82,7 +82,7 @@ def test_official_layers_read_fast_and_cached(shared_data, tmp_path):
         assert (a != b).nnz == 0
     # the cache is plain arrays: loadable without pickle
     with np.load(cached[0], allow_pickle=False) as archive:
-        assert set(archive.files) == {"nnz", "indptr", "indices", "data"}
+        assert set(archive.files) == {"nnz", "indptr", "indices", "data", "source"}
 
 
 def test_cache_is_invalidated_by_an_edited_file(tmp_path):
@@ -548,8 +548,9 @@ def test_unreadable_layer_file_with_a_cache(six_layers):
     data, cache, _ = six_layers
     layer = data / "neuron1024" / "n1024-l2.tsv"
     layer.unlink()
-    layer.mkdir()  # is_file() is false: named as missing
-    with pytest.raises(FileNotFoundError, match=r"n1024-l2\.tsv"):
+    layer.mkdir()  # named for what it is, not as missing
+    with pytest.raises(ChallengeFormatError, match=r"n1024-l2\.tsv: is a folder; expected "
+                       "the file of layer 2"):
         io.read_network(data, 1024, 6, cache=cache)
 
 

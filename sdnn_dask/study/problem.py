@@ -129,11 +129,17 @@ class Problem:
 
 
 def available_layers(data: str | os.PathLike, neurons: int) -> int:
-    """How many consecutive layer files ``1, 2, ...`` of ``neurons`` ``data`` holds."""
+    """How many consecutive layer files ``1, 2, ...`` of ``neurons`` ``data`` holds.
+
+    Anything at a layer's name counts (a folder too): reading it then says what is wrong,
+    where stopping the count there would run fewer layers without a word.
+    """
     count = 0
-    while io.layer_path(data, neurons, count + 1).is_file():
+    while True:
+        path = io.layer_path(data, neurons, count + 1)
+        if not (path.exists() or path.is_symlink()):
+            return count
         count += 1
-    return count
 
 
 def load_network(spec: ProblemSpec, *, cache: bool = True,
@@ -277,17 +283,21 @@ def load_problem(spec: ProblemSpec | None = None, *, cache: bool = True,
     else:
         data = Path(spec.data)
         path = Path(spec.inputs_file) if spec.inputs_file else io.inputs_path(data, n)
-        if not path.is_file():
+        if not path.exists():
             raise StudyError(f"inputs file {path}: no such file")
+        if path.is_dir():  # read_inputs would look inside it for the inputs file
+            raise io.ChallengeFormatError(path, "is a folder; expected the inputs file")
         say(progress, f"reading inputs {path}")
         inputs = io.read_inputs(path, n)
         if spec.inputs is not None:
             inputs = inputs[: spec.inputs]
         truth_path = Path(spec.truth) if spec.truth else io.categories_path(data, n, layers)
         truth = None
-        if spec.truth and not truth_path.is_file():
+        if spec.truth and not truth_path.exists():
             raise StudyError(f"truth file {truth_path}: no such file")
-        if truth_path.is_file():
+        # anything at the name is read: a folder (or a broken link) there is an error
+        # naming it, where skipping it gave a run with no verdict
+        if truth_path.exists() or truth_path.is_symlink():
             truth = io.read_categories(truth_path)
             truth = truth[truth < inputs.shape[0]]
             say(progress, f"truth: {truth_path} ({len(truth)} categories among "
