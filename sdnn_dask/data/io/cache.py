@@ -29,7 +29,7 @@ class CacheWarning(UserWarning):
 
 
 # bumped when the cache's layout changes, so older files are never taken for new ones
-_CACHE_FORMAT = "sdnn-npz-2"
+_CACHE_FORMAT = "sdnn-npz-3"  # 3: the file holds its key ("source")
 
 
 def _cache_key(paths: list[Path], extra: str) -> str:
@@ -105,9 +105,10 @@ def read_network(
         ``True`` to keep a binary copy in the cache folder (``sdnn.cache-dir``), or a folder
         to keep it in. The copy is keyed by a SHA-256 of the layer files' bytes (see
         :func:`_cache_key`), so an edited file is read again whatever its size and mtime.
-        A copy is checked when loaded (layer count, ``N x N`` shapes, dtypes, index ranges,
-        ``indptr`` consistent with the nonzeros, finite values); a copy that fails (empty,
-        truncated, foreign, inconsistent) is discarded and rebuilt from the text files
+        A copy is checked when loaded (the key it holds, the zip's CRC-32s, layer count,
+        ``N x N`` shapes, dtypes, index ranges, ``indptr`` consistent with the nonzeros,
+        finite values); a copy that fails (empty, truncated, flipped bits, foreign, made
+        from other files, inconsistent) is discarded and rebuilt from the text files
         with a :class:`CacheWarning`. A cache folder that cannot be created, or a copy
         that cannot be written, also only warns: the network is returned uncached.
     progress
@@ -142,7 +143,7 @@ def read_network(
         cache_file = folder / f"n{n_neurons}-l{n_layers}-{key}.npz"
         if cache_file.exists():
             try:
-                layers = _load_layers(cache_file, n_neurons, n_layers)
+                layers = _load_layers(cache_file, n_neurons, n_layers, key)
             except _BadCache as error:
                 warnings.warn(f"{cache_file}: bad cache file ({error}); discarded, rebuilding "
                               "it from the text files", CacheWarning, stacklevel=2)
@@ -153,14 +154,19 @@ def read_network(
     layers = read_weights(directory, n_neurons, n_layers, progress=progress)
     # a file changed while it was parsed: its layers would be stored under a stale key
     if cache_file is not None and _cache_key(paths, extra) == key:
-        _save_layers(cache_file, layers)
+        _save_layers(cache_file, layers, key)
     return Network(layers, bias=bias, ymax=ymax, name=name)
 
 
-def _save_layers(path: Path, layers: list[sp.csr_matrix]) -> None:
-    """Write the cache file atomically; a failure only warns (the cache is an optimisation)."""
+def _save_layers(path: Path, layers: list[sp.csr_matrix], key: str) -> None:
+    """Write the cache file atomically; a failure only warns (the cache is an optimisation).
+
+    ``key`` (:func:`_cache_key` of the text files) is stored in the file too, as
+    ``source``: the file's name alone does not tie it to its source.
+    """
     counts = np.array([w.nnz for w in layers], dtype=np.int64)
     arrays = {
+        "source": np.array([key]),
         "nnz": counts,
         "indptr": np.concatenate([w.indptr.astype(np.int64) for w in layers]),
         "indices": np.concatenate([w.indices.astype(np.int32) for w in layers]),
@@ -181,20 +187,29 @@ class _BadCache(Exception):
 _CACHE_DTYPES = {"nnz": np.int64, "indptr": np.int64, "indices": np.int32, "data": np.float32}
 
 
-def _load_layers(path: Path, n_neurons: int, n_layers: int) -> list[sp.csr_matrix]:
+def _load_layers(path: Path, n_neurons: int, n_layers: int, key: str
+                 ) -> list[sp.csr_matrix]:
     """The ``n_layers`` layers stored in a cache file, each checked before it is trusted.
+
+    What ties the file to the text files it was made from: ``key`` (their SHA-256) is in
+    its name and must be in it as ``source``, so a cache of other files put under this
+    name (copied, renamed, restored) is refused; and every array of the ``.npz`` carries
+    the CRC-32 zip checks as it is read, so a flipped bit is refused too (it could
+    otherwise leave a finite value, valid for every check below, and a wrong answer).
 
     Raises
     ------
     _BadCache
-        The file is unreadable, or its arrays do not make ``n_layers`` valid canonical-size
-        CSR matrices (wrong count, dtype or length, ``indptr`` not monotone or not matching
-        the nonzeros, an index outside ``0..N-1``, a value that is not finite). Out-of-range
-        indices would otherwise crash the compiled kernels.
+        The file is unreadable (a CRC-32 that does not match included), or its arrays do
+        not make ``n_layers`` valid canonical-size CSR matrices (wrong count, dtype or
+        length, ``indptr`` not monotone or not matching the nonzeros, an index outside
+        ``0..N-1``, a value that is not finite), or it was made from other files than
+        ``key`` says. Out-of-range indices would otherwise crash the compiled kernels.
     """
     try:
         with np.load(path, allow_pickle=False) as archive:
             arrays = {name: archive[name] for name in _CACHE_DTYPES}
+            source = archive["source"] if "source" in archive.files else None
     # anything np.load can raise on a damaged file: EOFError (empty), BadZipFile, ValueError
     # (not an .npz, or a pickle), KeyError (missing array), OSError, zlib.error, ...
     except Exception as error:
@@ -224,6 +239,10 @@ def _load_layers(path: Path, n_neurons: int, n_layers: int) -> list[sp.csr_matri
         raise _BadCache(f"column indices outside 0..{n_neurons - 1}")
     if not np.isfinite(data).all():
         raise _BadCache("values that are not finite")
+    if source is None or source.shape != (1,) or source.dtype.kind != "U" \
+            or str(source[0]) != key:
+        made = "no source key" if source is None else f"source key {source.tolist()!r}"
+        raise _BadCache(f"made from other files ({made}; expected {key!r})")
     layers = []
     offset = 0
     for k, nnz in enumerate(counts.tolist()):
