@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from distributed import Security
 
 from .. import config
+from .limits import LIMIT_OPTIONS, check_workers
 from .profiles import SLURM_EXTRA, ClusterError, cluster_profile, keyword_options
 from .security import cluster_security, private_directory, shared_directory
 
@@ -76,12 +77,16 @@ def make_slurm_cluster(
     ------
     ImportError
         Without dask-jobqueue (or cryptography, for TLS): names the extra to install.
+    ClusterError
+        For more workers than ``sdnn.slurm.max-workers`` (:func:`~.limits.check_workers`).
     """
     jobqueue = import_jobqueue()
     options = {**keyword_options(config.get("slurm")), **kwargs}
     workers = options.pop("n_workers", None)
     if n_workers is None:
         n_workers = workers
+    limits = {name: options.pop(name, None) for name in LIMIT_OPTIONS}
+    check_workers("slurm", n_workers, limits)
     options.pop("wait_timeout", None)
     if security is None:
         security = options.pop("security", None)
