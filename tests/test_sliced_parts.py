@@ -19,6 +19,7 @@ from sdnn_dask.data.streaming import StreamedNetwork
 from sdnn_dask.parallel.model import ModelParallelExecutor
 from sdnn_dask.parallel.slabs import forward_parts, make_part_plans
 from sdnn_dask.parallel.slabs.slices import (
+    StaleSlicesWarning,
     close_parts,
     open_part,
     part_resident_bytes,
@@ -138,16 +139,19 @@ def test_slices_sit_beside_the_store_keyed_by_the_partition(net, held):
     assert not [p for p in first.parent.iterdir() if p.name.startswith(".")]  # no leftovers
 
 
-def test_slices_of_another_store_are_refused_naming_the_folder(net, tmp_path):
+def test_slices_of_another_store_are_cut_again_with_a_warning(net, tmp_path):
     folder = store.write_network(tmp_path / "net", net)
     partition = make_neuron_partition(net, 2, "block")
     cut = write_part_slices(StreamedNetwork(folder), partition)
     # the store is rewritten with other weights: its slices no longer belong to it
     other = make_network(N, L, seed=4)
     store.write_network(folder, other, overwrite=True)
-    with pytest.raises(ValueError, match="cut from another store") as error:
-        write_part_slices(StreamedNetwork(folder), partition)
-    assert str(cut) in str(error.value) and "delete" in str(error.value)
+    with pytest.warns(StaleSlicesWarning, match="cut from other files of layer") as caught:
+        again = write_part_slices(StreamedNetwork(folder), partition)
+    assert again == cut and str(cut) in str(caught[0].message)
+    close_parts()
+    _assert_same_plan(open_part(again, 1, other.bias, other.ymax, streamed=False),
+                      make_part_plans(other, partition)[1])
 
 
 def test_a_part_maps_only_its_own_files(net, held, tmp_path):
@@ -162,7 +166,8 @@ def test_a_part_maps_only_its_own_files(net, held, tmp_path):
     _assert_same_plan(sliced, make_part_plans(net, partition)[1])
     names = sorted(path.name for path in sliced.files)
     assert names == ["part1.columns.bin", "part1.index.npy", "part1.indptr.bin",
-                     "part1.take.bin", "part1.values.bin", "parts.npy", "routes.npy"]
+                     "part1.sums.npy", "part1.take.bin", "part1.values.bin", "parts.npy",
+                     "parts.sums.npy", "routes.npy"]
     assert all(path.parent == alone.resolve() for path in sliced.files)
     # a part reads about its share of the layer's nonzeros: RadiX-Net's uint16 columns,
     # no values (every weight equal) and no row pointers (every row the same count)

@@ -111,7 +111,9 @@ def place_retrying(client: Client, strategy: str, place: Callable[[], T],
     scattering to it fails with ``CommClosedError`` (or ``KeyError``, or its data comes
     back cancelled). Then ``reset`` drops what the executor placed, and after ``pause``
     seconds ``place`` runs again on the workers connected then, up to ``retries`` times;
-    if it still fails, :exc:`WorkerLostError` names the workers that left.
+    if it still fails, :exc:`WorkerLostError` names the workers that left. An ``OSError``
+    that names a file (a place that cannot be written) while no worker left is raised as
+    it is: running again would not help.
     """
     before = connected(client)
     for attempt in range(retries + 1):
@@ -121,9 +123,18 @@ def place_retrying(client: Client, strategy: str, place: Callable[[], T],
             left = before - connected(client)
             if isinstance(error, KeyError) and not left:
                 raise  # not a lost worker: a real bug
+            if _file_error(error) and not left:
+                raise  # a file that cannot be read or written (the place, not a worker)
             if attempt == retries:
                 raise WorkerLostError(strategy, left, f" (while placing its data before the "
                                       f"run, {retries} retries: {error!r})") from error
             time.sleep(pause)
             reset()
     raise AssertionError("unreachable")
+
+
+def _file_error(error: BaseException) -> bool:
+    """An ``OSError`` about a file (it names one: a read-only folder, a full disk), not
+    about a connection to a worker."""
+    return (isinstance(error, OSError) and not isinstance(error, CommClosedError)
+            and getattr(error, "filename", None) is not None)

@@ -45,6 +45,7 @@ import re
 import resource
 import time
 import uuid
+import warnings
 from collections.abc import Iterable
 from concurrent.futures import CancelledError
 from pathlib import Path
@@ -80,10 +81,14 @@ from .slabs import (
     warm_up_parts,
 )
 from .slabs.slices import (
+    SliceDamagedError,
     SlicedPartPlan,
+    StaleSlicesWarning,
+    discard_slices,
     open_part,
     open_parts,
     part_resident_bytes,
+    read_slices_index,
     slices_volume,
     write_part_slices,
 )
@@ -243,12 +248,13 @@ class ModelParallelExecutor(Executor):
         """A store's partition: its slices cut (once, beside the store), and every part
         opened on each worker that runs it, resident or streamed."""
         folder = write_part_slices(self.network, partition)
+        self.slices = folder  # before anything reads it: a damaged slice names this folder
+        cut = read_slices_index(folder)["cut"]  # every part opens this cut, or fails
         sharing = {w: sum(w in h for h in hosts.values()) for w in workers}
         need = [part_resident_bytes(folder, p) for p in range(partition.k)]
         self.part_weights = choose_part_weights(
             need, [max(sharing[w] for w in hosts[p]) for p in range(partition.k)],
             self.weights, worker_memory_limit(self.client, workers))
-        self.slices = folder
         net = self.network
         window = int(config.get("store.window"))
         futures = {}
@@ -259,14 +265,14 @@ class ModelParallelExecutor(Executor):
                 futures[p, host] = self.client.submit(
                     open_part, str(folder), p, net.bias, net.ymax, streamed=streamed,
                     window=window, dense_threshold=kernel[0], chunk_bytes=kernel[1],
-                    min_chunk_rows=kernel[2],
+                    min_chunk_rows=kernel[2], cut=cut,
                     key=f"open-part-{folder.name}-p{p}-{uuid.uuid4().hex[:8]}", workers=[host],
                     allow_other_workers=False, pure=False)
             # the client's own view: routes and owned neurons, no layer loaded
             plans.append(SlicedPartPlan(folder, p, bias=net.bias, ymax=net.ymax,
                                         streamed=True, window=window,
                                         dense_threshold=kernel[0], chunk_bytes=kernel[1],
-                                        min_chunk_rows=kernel[2]))
+                                        min_chunk_rows=kernel[2], cut=cut))
         return plans, futures
 
     @staticmethod
@@ -337,8 +343,25 @@ class ModelParallelExecutor(Executor):
             raise ValueError(f"row_groups must be a positive integer, got {row_groups!r}")
         part = self.partition(partition, k, seed=seed, nbuckets=nbuckets, epsilon=epsilon,
                               cache=cache)
-        k = part.k
         groups = make_row_partition(row_partition, y.shape[0], row_groups, seed=seed).blocks()
+        try:
+            return self._run(y, part, groups, row_groups, row_partition, seed, transport)
+        except SliceDamagedError as error:
+            if not self.streamed or self.slices is None:
+                raise
+            # a slice failed its checksum or a range check on a worker (or here): its
+            # folder is cut again, once, and the run repeated; never a wrong answer, and
+            # never "run it again" (the same slice would fail again)
+            warnings.warn(f"{error}; cutting the slices {self.slices} again",
+                          StaleSlicesWarning, stacklevel=2)
+            self._placed = {}
+            discard_slices(self.slices)
+            return self._run(y, part, groups, row_groups, row_partition, seed, transport)
+
+    def _run(self, y: sp.csr_matrix, part: NeuronPartition, groups: list[np.ndarray],
+             row_groups: int, row_partition: str, seed: int, transport: str) -> RunResult:
+        """One run of :meth:`run`, its arguments checked."""
+        n, k = self.network.n_neurons, part.k
         token = uuid.uuid4().hex[:12]
 
         def place() -> tuple[list[PartPlan], dict[tuple[int, str], Future], list[str], dict]:

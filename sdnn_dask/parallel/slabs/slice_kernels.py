@@ -77,3 +77,23 @@ def part_layer_csr(columns, indptr, n):  # pragma: no cover - compiled
             w_from[at] = p
             cursor[wt_idx[p]] = at + 1
     return needed, wt_ptr, wt_idx, w_ptr, w_idx, w_from
+
+
+@numba.njit(nogil=True, cache=True)
+def slice_is_sound(columns, indptr, n):  # pragma: no cover - compiled
+    """Whether a part's slice of a layer may be given to :func:`part_layer_csr`: row
+    pointers from 0 to the columns' count, never decreasing; columns in ``0..n-1``,
+    strictly increasing in each row (what :func:`needed_of` indexes by, unchecked)."""
+    if indptr.shape[0] == 0 or indptr[0] != 0 or indptr[-1] != columns.shape[0]:
+        return False
+    for r in range(indptr.shape[0] - 1):
+        start, end = indptr[r], indptr[r + 1]
+        if end < start:
+            return False
+        previous = -1
+        for p in range(start, end):
+            j = np.int64(columns[p])
+            if j <= previous or j >= n:  # also j < 0: previous starts at -1
+                return False
+            previous = j
+    return True
