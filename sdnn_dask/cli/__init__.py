@@ -25,7 +25,14 @@ from collections.abc import Sequence
 
 from ..data import io
 from ..study import StudyError
-from .common import DEFAULT_RESULTS, Progress, UsageError, batch_runner, check_arguments
+from .common import (
+    DEFAULT_RESULTS,
+    Progress,
+    UsageError,
+    batch_runner,
+    check_arguments,
+    is_interrupt,
+)
 from .parser import build_parser
 
 __all__ = ["DEFAULT_RESULTS", "Progress", "UsageError", "build_parser", "main"]
@@ -51,13 +58,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted; nothing was written for unfinished runs", file=sys.stderr)
+        print(_INTERRUPTED, file=sys.stderr)
         return 130
-    except RuntimeError as error:
+    except Exception as error:
         from ..parallel.faults import WorkerLostError  # loaded already if this is one
 
+        if is_interrupt(error):
+            print(_INTERRUPTED, file=sys.stderr)
+            return 130
         if not isinstance(error, WorkerLostError):
             raise
         # compare writes its records only after every run: none were written
         print(f"error: {error}", file=sys.stderr)
         return 3
+
+
+#: What ``main`` says after Ctrl-C (``study`` says where its recorded runs are instead).
+_INTERRUPTED = "interrupted; nothing was written for unfinished runs"

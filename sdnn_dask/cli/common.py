@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from .. import study
 from ..core.network import Network
@@ -82,6 +84,20 @@ class UsageError(SystemExit):
         self.code = 2
 
 
+def is_interrupt(error: BaseException) -> bool:
+    """Whether ``error`` comes of a Ctrl-C: a ``KeyboardInterrupt`` in its chain. Numba's
+    compiled functions, interrupted while they call back into Python, raise a
+    ``SystemError`` from it rather than the interrupt itself."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
 def check_arguments(args: argparse.Namespace) -> None:
     """What argparse cannot check one option at a time, before any work starts.
 
@@ -89,7 +105,8 @@ def check_arguments(args: argparse.Namespace) -> None:
     ------
     UsageError
         For parts outside ``1..N``, a missing ``--data`` folder, ``--inputs-file`` or
-        ``--truth`` file, or these two without ``--data``.
+        ``--truth`` file, these two without ``--data``, or more ``--workers`` than the
+        cluster to be started can host (:func:`check_workers`).
     """
     parts = getattr(args, "parts", None) if args.command != "partition" else args.k
     neurons = getattr(args, "neurons", None)
@@ -98,6 +115,8 @@ def check_arguments(args: argparse.Namespace) -> None:
     data = getattr(args, "data", None)
     if data is not None and not data.is_dir():
         raise UsageError(f"--data {data}: no such folder")
+    if getattr(args, "workers", None) is not None:
+        check_workers(args.workers, getattr(args, "cluster", None), "--workers")
     for option in ("inputs_file", "truth"):
         path = getattr(args, option, None)
         if path is None:
@@ -107,6 +126,33 @@ def check_arguments(args: argparse.Namespace) -> None:
             raise UsageError("--inputs-file and --truth go with --data")
         if not path.is_file():
             raise UsageError(f"{name} {path}: no such file")
+
+
+def check_workers(n_workers: int, where: str | None, what: str) -> None:
+    """Refuse more workers than the ``--cluster`` to be started can host, before any work.
+
+    A LocalCluster takes at most ``sdnn.local.max-workers-per-core`` workers per core and
+    one per ``sdnn.local.min-worker-memory`` of memory; a SLURM cluster at most
+    ``sdnn.slurm.max-workers`` (:mod:`sdnn_dask.cluster.limits`). A running scheduler's
+    workers, and slurm-batch's srun tasks, are not started here: other checks refuse
+    ``--workers`` with those.
+
+    Raises
+    ------
+    UsageError
+        Naming ``what`` (``--workers``, a study file's ``workers``), the number and the
+        limit.
+    """
+    from ..cluster import ClusterError, cluster_profile, is_address
+    from ..cluster.limits import check_workers as check
+
+    if (where is not None and not isinstance(where, str)) or is_address(where):
+        return  # main's slurm-batch runner, or a running scheduler
+    try:
+        kind, options = cluster_profile(where)
+        check(kind, n_workers, options, what=what)
+    except ClusterError as error:
+        raise UsageError(str(error)) from error
 
 
 def check_row_groups(row_groups: int, rows: int) -> None:
@@ -186,8 +232,30 @@ def load_problem(args: argparse.Namespace, progress: Progress) -> Problem:
 # --------------------------------------------------------------------------- the cluster
 
 
-def open_client(args: argparse.Namespace, progress: Progress):
-    """A client on the ``--cluster`` (started here, or ``main``'s slurm-batch runner)."""
+@contextlib.contextmanager
+def open_client(args: argparse.Namespace, progress: Progress) -> Iterator[Any]:
+    """A client on the ``--cluster`` (started here, or ``main``'s slurm-batch runner),
+    closed on the way out, with the cluster it started.
+
+    After an error or Ctrl-C the workers may be mid-task, and closing them makes the
+    nannies log that they had to kill them: those logs are silenced then, so the one line
+    ``main`` prints is all that is said.
+    """
+    client = _client(args, progress)
+    try:
+        yield client
+    except BaseException:
+        logging.disable(logging.CRITICAL)
+        try:
+            client.close()
+        finally:
+            logging.disable(logging.NOTSET)
+        raise
+    client.close()
+
+
+def _client(args: argparse.Namespace, progress: Progress) -> Any:
+    """A connected client on the ``--cluster`` (see :func:`open_client`)."""
     from ..cluster import ClusterError, cluster_client, cluster_profile, is_address
 
     where = getattr(args, "cluster", None)

@@ -36,11 +36,20 @@ from .problem import (
 )
 from .runner import WARM_UP_ROWS, Runner, verify
 from .specs import RunSpec, config_key, default_specs, neuron_partitions_available, run_key
-from .study import PROBLEM_KEYS, RUN_KEYS, STUDY_KEYS, Study
+from .study import (
+    MAX_RUNS,
+    PROBLEM_KEYS,
+    RUN_KEYS,
+    STUDY_KEYS,
+    Study,
+    check_results_folder,
+    max_runs,
+)
 from .validation import StudyError
 
 __all__ = [
     "DEFAULT_ROWS",
+    "MAX_RUNS",
     "PROBLEM_KEYS",
     "RUN_KEYS",
     "STUDY_KEYS",
@@ -54,12 +63,14 @@ __all__ = [
     "Study",
     "StudyError",
     "available_layers",
+    "check_results_folder",
     "compare",
     "config_key",
     "default_specs",
     "is_streamed",
     "load_network",
     "load_problem",
+    "max_runs",
     "neuron_partitions_available",
     "run_key",
     "store_weights",

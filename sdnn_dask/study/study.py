@@ -7,14 +7,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import math
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import records
+from .. import config, records
 from ..registry import SERIAL_STRATEGIES, STRATEGIES
 from .outcomes import Records
 from .problem import DEFAULT_ROWS, Problem, ProblemSpec, load_problem
@@ -35,6 +37,15 @@ RUN_KEYS = {f.name: f.type for f in dataclasses.fields(RunSpec)}
 #: Each key's kind of value, read off the annotations (``"int | None"`` -> ``"int"``).
 _KINDS = {name: str(kind).split("|")[0].strip()
           for name, kind in {**PROBLEM_KEYS, **RUN_KEYS}.items()}
+#: Most runs in a study, where ``sdnn.study.max-runs`` does not say: a grid is counted
+#: before its runs are made and checked, so a typo's million runs are refused at once.
+MAX_RUNS = 10_000
+#: A study's name, which names its results folder: a plain name, no path.
+PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+ -]{0,99}")
+#: The problem keys that name files and folders (relative to the study file).
+PATH_KEYS = {"data": "folder", "inputs_file": "file", "truth": "file"}
+#: The report's files a study writes at its end (:func:`sdnn_dask.report.html`).
+REPORT_FILES = ("summary.md", "report.html")
 
 
 @dataclass
@@ -70,6 +81,8 @@ class Study:
     workers: int | None = None
     description: str = ""
     path: Path | None = None
+    #: The study file's ``problems`` entries as written (for :meth:`check_files`).
+    problem_entries: list = dataclasses.field(default_factory=list, repr=False)
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike) -> Study:
@@ -103,10 +116,11 @@ class Study:
         # relative paths of files are relative to the study file, wherever it is run from
         study.problems = [dataclasses.replace(p, **{
             name: str((path.parent / value).resolve())
-            for name in ("data", "inputs_file", "truth")
+            for name in PATH_KEYS
             if (value := getattr(p, name)) is not None and not Path(value).is_absolute()})
             for p in study.problems]
         study.path = path
+        study.problem_entries = list(data.get("problems") or [])
         return study
 
     @classmethod
@@ -126,11 +140,19 @@ class Study:
         if not data.get("runs"):
             raise StudyError("runs: give at least one run entry, e.g. "
                              "{strategy: [reference, kernel]}")
-        problems = [p for i, entry in enumerate(data.get("problems") or [{}])
+        if "problems" in data and not data["problems"]:
+            raise StudyError("problems: an empty list; give at least one problem, e.g. "
+                             "{neurons: 1024, layers: 24, inputs: 6000} (without the key, "
+                             f"the challenge's 1024-120 x {DEFAULT_ROWS} is run)")
+        name = _plain_name(data["name"] if "name" in data else default_name,
+                           given="name" in data)
+        entries = data.get("problems") or [{}]
+        _check_size(entries, data["runs"], data.get("repeats", 1))
+        problems = [p for i, entry in enumerate(entries)
                     for p in _expand(entry, PROBLEM_KEYS, f"problems[{i}]", ProblemSpec)]
         specs = [s for i, entry in enumerate(data["runs"])
                  for s in _expand(entry, RUN_KEYS, f"runs[{i}]", RunSpec)]
-        study = cls(name=str(data.get("name", default_name)), problems=problems,
+        study = cls(name=name, problems=problems,
                     specs=list(dict.fromkeys(specs)), repeats=data.get("repeats", 1),
                     warm_up=data.get("warm_up", True), workers=data.get("workers"),
                     description=data.get("description", ""))
@@ -148,6 +170,31 @@ class Study:
                     raise StudyError(f"{spec.label}: more row groups than the {rows} "
                                      f"input rows of {problem.label}")
         return study
+
+    def check_files(self) -> None:
+        """Raise :exc:`StudyError` unless every problem's ``data`` folder, ``inputs_file``
+        and ``truth`` exist: before a cluster starts or a run is made, rather than when
+        that problem's turn comes. The message names the study file, the entry and the key
+        (a path relative to the study file is shown resolved as well)."""
+        if self.path is None:  # a study made from a mapping: its problems are checked
+            entries = [dataclasses.asdict(p) for p in self.problems]
+            base, name = Path.cwd(), "the study"
+        else:
+            entries, base, name = self.problem_entries, self.path.parent, str(self.path)
+        for i, entry in enumerate(entries):
+            for key, kind in PATH_KEYS.items():
+                values = entry.get(key)
+                for value in values if isinstance(values, list) else [values]:
+                    if value is None:
+                        continue
+                    where = (base / value).resolve()
+                    if not (where.is_dir() if kind == "folder" else where.is_file()):
+                        shown = ("" if Path(value).is_absolute()
+                                 else f" (relative to the study file: {where})")
+                        entry_name = (f"problems[{i}]" if self.path is not None
+                                      else f"problem {i + 1} of the grid")
+                        raise StudyError(f"{name}: {entry_name}: {key} {value}: no such "
+                                         f"{kind}{shown}")
 
     @property
     def total(self) -> int:
@@ -191,6 +238,7 @@ class Study:
             Every run recorded in ``results`` (earlier ones included).
         """
         results = Path(results)
+        check_results_folder(results)
         done = records.recorded_keys(results)
         if done and not resume:
             raise StudyError(f"{results} already holds {len(done)} recorded run(s); resume "
@@ -242,6 +290,71 @@ class Study:
             write_report_files(results, everything.runs, everything.layers,
                                say=progress or (lambda message: None))
         return everything
+
+
+def max_runs() -> int:
+    """The most runs a study may have: ``sdnn.study.max-runs`` (default :data:`MAX_RUNS`)."""
+    value = config.get("study.max-runs", MAX_RUNS)
+    if not is_int(value) or value < 1:
+        raise StudyError(f"sdnn.study.max-runs: expected a positive integer, got {value!r}")
+    return int(value)
+
+
+def _combinations(entry: Any) -> int:
+    """How many combinations an entry's lists make (1 for what is not an entry yet: the
+    expansion then says what is wrong with it)."""
+    if not isinstance(entry, dict):
+        return 1
+    return math.prod(len(v) if isinstance(v, list) else 1 for v in entry.values())
+
+
+def _check_size(problems: list, runs: list, repeats: int) -> None:
+    """Refuse a grid of more than :func:`max_runs` runs, counted from its lists before a
+    single run is made or checked (a million took 45 s to refuse otherwise)."""
+    n_problems = sum(_combinations(e) for e in problems)
+    n_specs = sum(_combinations(e) for e in runs)
+    total = n_problems * n_specs * repeats
+    limit = max_runs()
+    if total > limit:
+        raise StudyError(f"the grid has {total:,} runs ({n_problems:,} problem(s) x "
+                         f"{n_specs:,} run configuration(s) x {repeats:,} repeat(s)); a "
+                         f"study runs at most {limit:,} (sdnn.study.max-runs): split it, or "
+                         "shorten its lists")
+
+
+def _plain_name(name: Any, *, given: bool) -> str:
+    """A study's name, which names its folder under the results: refused unless plain
+    (letters, digits, ``_ . + -`` and spaces; no ``/``, no leading dot)."""
+    text = str(name)
+    if not PLAIN_NAME.fullmatch(text):
+        where = "name" if given else "the study file's name (give a name: key)"
+        raise StudyError(f"{where}: {text!r} is not a plain name; expected letters, digits, "
+                         "'_', '.', '+', '-' or spaces, starting with a letter, digit or "
+                         "'_', at most 100 characters (it names the results folder)")
+    return text
+
+
+def check_results_folder(results: Path) -> None:
+    """Refuse a results folder whose parts are of the wrong kind, before any run: ``runs``
+    and ``layers`` must be folders, the CSV and report files not folders.
+
+    Raises
+    ------
+    StudyError
+        Naming the path that is in the way and what it should be.
+    """
+    if results.exists() and not results.is_dir():
+        raise StudyError(f"{results}: not a folder; the study's results go in a folder")
+    for name in (records.RUNS_DIR, records.LAYERS_DIR):
+        part = results / name
+        if part.exists() and not part.is_dir():
+            raise StudyError(f"{part}: not a folder; a study records each run in it (move "
+                             "it away, or choose another --results)")
+    for name in (records.RECORDS_FILE, records.LAYERS_FILE, *REPORT_FILES):
+        part = results / name
+        if part.is_dir():
+            raise StudyError(f"{part}: a folder where the study writes a file (move it "
+                             "away, or choose another --results)")
 
 
 @contextlib.contextmanager
