@@ -42,10 +42,11 @@ def _check_train_task(args: argparse.Namespace) -> None:
     this task's defaults."""
     from ..training.optim import check_settings
 
-    try:
-        check_settings(args.lr, args.momentum, 0.0)
-    except ValueError as error:
-        raise UsageError(f"--lr/--momentum: {error}") from error
+    for option, lr, momentum in (("--lr", args.lr, 0.0), ("--momentum", 0.01, args.momentum)):
+        try:  # each alone, so the message names the option that is wrong
+            check_settings(lr, momentum, 0.0)
+        except ValueError as error:
+            raise UsageError(f"{option}: {error}") from error
     other = _DIGITS_ONLY if args.task == "steps" else _STEPS_ONLY
     given = [option for option, dest in other if getattr(args, dest) is not None]
     if given:
@@ -67,6 +68,24 @@ def _check_train_task(args: argparse.Namespace) -> None:
     if args.row_groups > smallest:
         raise UsageError(f"--row-groups {args.row_groups}: every hybrid row group needs a row "
                          f"of each batch, and the smallest batch has {smallest}")
+    if args.task == "steps":
+        _check_steps_memory(args)
+
+
+def _check_steps_memory(args: argparse.Namespace) -> None:
+    """Refuse ``--batches`` and ``--steps`` whose inputs cannot fit in memory, before the
+    network is made: the timed steps draw ``max(batches) x (steps + 1)`` dense rows of N
+    float32, and a step keeps its batch's activations at every layer for the backward."""
+    from dask.utils import format_bytes
+    from distributed.system import MEMORY_LIMIT
+
+    batch = max(args.batches)
+    need = 4 * args.neurons * batch * ((args.steps + 1) + (args.layers + 1))
+    if need > MEMORY_LIMIT:
+        raise UsageError(f"--batches {batch} with --steps {args.steps}: the inputs and one "
+                         f"step's activations of a {args.neurons}-{args.layers} network "
+                         f"alone take {format_bytes(need)}, more than the "
+                         f"{format_bytes(MEMORY_LIMIT)} of memory here")
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -152,6 +171,9 @@ def _train_digits(args: argparse.Namespace, partitions: list[str]) -> int:
         data = load_digits_1024(args.seed)
     except ImportError as error:
         raise UsageError(str(error)) from error
+    if max(args.batch) > len(data.y_train):
+        raise UsageError(f"--batch {max(args.batch)}: more rows than the {len(data.y_train)} "
+                         "training digits (an epoch would be one step of them all)")
     progress.say(f"digits: {len(data.y_train)} training rows, {len(data.y_test)} held out; "
                  f"{args.layers} layers, {args.epochs} epochs of batch "
                  f"{', '.join(str(b) for b in args.batch)}")

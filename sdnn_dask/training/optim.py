@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numba
 import numpy as np
 
@@ -23,14 +25,18 @@ __all__ = ["SGD"]
 
 
 def check_settings(lr: float, momentum: float, weight_decay: float) -> None:
-    """Raise ``ValueError`` unless ``lr > 0``, ``0 <= momentum < 1`` and
-    ``weight_decay >= 0`` (what :class:`SGD` and the parallel trainers accept)."""
-    if not lr > 0:
-        raise ValueError(f"lr must be positive, got {lr}")
+    """Raise ``ValueError`` unless ``0 < lr < inf``, ``0 <= momentum < 1`` and
+    ``0 <= weight_decay < inf`` (what :class:`SGD` and the parallel trainers accept).
+
+    An infinite rate or decay is refused here: it makes every weight NaN in the first step,
+    and the run would report NaN losses rather than the mistake.
+    """
+    if not (lr > 0 and math.isfinite(lr)):
+        raise ValueError(f"lr must be positive and finite, got {lr}")
     if not 0 <= momentum < 1:
         raise ValueError(f"momentum must be in [0, 1), got {momentum}")
-    if weight_decay < 0:
-        raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+    if not (weight_decay >= 0 and math.isfinite(weight_decay)):
+        raise ValueError(f"weight_decay must be >= 0 and finite, got {weight_decay}")
 
 
 class SGD:
