@@ -117,6 +117,17 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise UsageError(f"--data {data}: no such folder")
     if getattr(args, "workers", None) is not None:
         check_workers(args.workers, getattr(args, "cluster", None), "--workers")
+    generated = (data is None and neurons is not None and hasattr(args, "inputs")
+                 and not getattr(args, "store_only", False))
+    if generated:  # inputs this command makes: refused before, not a MemoryError after
+        from ..study.problem import DEFAULT_ROWS, check_input_size
+
+        rows, tile = args.inputs or DEFAULT_ROWS, getattr(args, "tile", 1)
+        try:
+            check_input_size(rows, tile, neurons / 10, f"--inputs {rows}"
+                             + (f" x --tile {tile}" if tile > 1 else ""))
+        except StudyError as error:
+            raise UsageError(str(error)) from error
     for option in ("inputs_file", "truth"):
         path = getattr(args, option, None)
         if path is None:

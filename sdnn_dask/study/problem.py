@@ -26,6 +26,35 @@ from .validation import StudyError, choice, digest, is_int, say
 DEFAULT_ROWS = 60000
 
 
+def check_input_size(rows: int, tile: int, nnz_per_row: float, what: str) -> None:
+    """Refuse inputs that cannot fit in memory before they are made (a MemoryError
+    traceback otherwise, or the machine swapping): ``rows x tile`` CSR rows of
+    ``nnz_per_row`` nonzeros take 8 bytes a nonzero (column and value) and 8 a row.
+
+    Parameters
+    ----------
+    rows, tile
+        Input rows, and how many times they are repeated.
+    nnz_per_row
+        Their nonzeros per row (generated inputs: about N / 10).
+    what
+        How the message names the options (``--inputs 1000000000000``, ``inputs: ...``).
+
+    Raises
+    ------
+    StudyError
+        When they would take more than this machine's memory.
+    """
+    from dask.utils import format_bytes
+    from distributed.system import MEMORY_LIMIT
+
+    need = rows * tile * (8 + 8 * nnz_per_row)
+    if need > MEMORY_LIMIT:
+        raise StudyError(f"{what}: {rows * tile:,} input rows would take about "
+                         f"{format_bytes(int(need))}, more than the "
+                         f"{format_bytes(MEMORY_LIMIT)} of memory here")
+
+
 @dataclass(frozen=True)
 class ProblemSpec:
     """Which network and inputs: generated (``data=None``) or challenge files.
@@ -274,6 +303,7 @@ def load_problem(spec: ProblemSpec | None = None, *, cache: bool = True,
         if spec.data is None and (spec.inputs_file or spec.truth):
             raise StudyError("inputs_file and truth go with data (a challenge folder)")
         rows = DEFAULT_ROWS if spec.inputs is None else spec.inputs
+        check_input_size(rows, spec.tile, n / 10, f"inputs {rows} x tile {spec.tile}")
         say(progress, f"generating {rows} synthetic inputs")
         inputs = make_inputs(rows, n, seed=spec.seed, order=spec.order)
         truth = None
@@ -305,6 +335,8 @@ def load_problem(spec: ProblemSpec | None = None, *, cache: bool = True,
         source = f"challenge files in {data}"
     if spec.tile > 1:
         rows = inputs.shape[0]
+        check_input_size(rows, spec.tile, inputs.nnz / max(rows, 1),
+                         f"tile {spec.tile} of {rows} rows")
         inputs = sp.vstack([inputs] * spec.tile, format="csr")
         if truth is not None:
             truth = np.concatenate([truth + k * rows for k in range(spec.tile)])

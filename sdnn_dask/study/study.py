@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from .. import config, records
 from ..registry import SERIAL_STRATEGIES, STRATEGIES
 from .outcomes import Records
-from .problem import DEFAULT_ROWS, Problem, ProblemSpec, load_problem
+from .problem import DEFAULT_ROWS, Problem, ProblemSpec, check_input_size, load_problem
 from .runner import Runner
 from .specs import RunSpec, run_key, serial_first
 from .validation import StudyError, is_int, nearest, say
@@ -161,6 +161,9 @@ class Study:
                 raise StudyError(f"{spec.label}: workers {spec.workers}, but the study's "
                                  f"cluster has {study.workers} (workers: {study.workers})")
         for problem in study.problems:
+            if problem.data is None:  # generated inputs: sized before any is made
+                check_input_size(problem.inputs or DEFAULT_ROWS, problem.tile,
+                                 problem.neurons / 10, f"problem {problem.label}")
             for spec in study.specs:
                 if spec.parts is not None and spec.parts > problem.neurons:
                     raise StudyError(f"{spec.label}: at most one part per neuron "
