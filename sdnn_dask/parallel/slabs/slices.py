@@ -13,8 +13,8 @@ A network too large for every worker to hold (or read) whole is run model-parall
         parts.sums.npy          (L + 1, 32) uint8: the SHA-256 of each level of parts.npy
         routes.npy              (L, k, k) int64: columns part q sends part p in layer l
         part{p}.index.npy       (L, 7 + k) int64: per layer, where part p's arrays are
-        part{p}.sums.npy        (L, 32) uint8: per layer, the SHA-256 of what part p reads
-                                of it (its columns, row pointers, values and takes)
+        part{p}.sums.npy        (L, 4, 32) uint8: per layer, the SHA-256 of what part p
+                                reads of it from each of its four files below
         part{p}.columns.bin     W_l^T[own_p]'s columns (global neuron ids; uint16 when
                                 N <= 65536), every layer one after the other
         part{p}.indptr.bin      int64 row pointers, only of layers whose rows differ in count
@@ -96,6 +96,8 @@ _FIXED = len(INDEX_COLUMNS)
 CURSOR_SECONDS = 30.0
 Progress = Callable[[int, int], None]
 _SUM = 32  # bytes of a SHA-256
+#: A part's array files, in the order of its checksums (``part{p}.sums.npy``).
+_ARRAYS = ("columns", "indptr", "values", "take")
 
 
 class SlicesError(ChallengeFormatError):
@@ -296,7 +298,7 @@ def _write_slices(tmp: Path, network: StreamedNetwork, partition: NeuronPartitio
     np.save(tmp / PARTS_FILE, parts, allow_pickle=False)
     np.save(tmp / PARTS_SUMS_FILE, np.stack([_digest(level) for level in parts]),
             allow_pickle=False)
-    sums = {p: np.zeros((n_layers, _SUM), np.uint8) for p in range(k)}
+    sums = {p: np.zeros((n_layers, len(_ARRAYS), _SUM), np.uint8) for p in range(k)}
     layer_hashes = []
     files = {p: {name: open(tmp / f"part{p}.{name}.bin", "xb")
                  for name in ("columns", "indptr", "values", "take")} for p in range(k)}
@@ -333,28 +335,32 @@ def _write_slices(tmp: Path, network: StreamedNetwork, partition: NeuronPartitio
                 received[p] = int(np.count_nonzero(source != p))
             for p, ((ptr, idx, data), _) in rows.items():
                 table, out, at = tables[p][layer - 1], files[p], offsets[p]
-                digest = hashlib.sha256()  # what load() reads of this layer, in its order
+                digest = {name: hashlib.sha256() for name in _ARRAYS}  # what load() reads
                 counts = np.diff(ptr)
                 table[0], table[1] = at["columns"], len(idx)
-                at["columns"] += _write(out["columns"], idx, index_dtype, digest)
+                at["columns"] += _write(out["columns"], idx, index_dtype, digest["columns"])
                 if len(counts) and (counts == counts[0]).all():
                     table[2], table[3] = -1, counts[0]
                 elif not len(counts):
                     table[2], table[3] = -1, 0
                 else:
                     table[2], table[3] = at["indptr"], -1
-                    at["indptr"] += _write(out["indptr"], ptr, np.dtype("<i8"), digest)
+                    at["indptr"] += _write(out["indptr"], ptr, np.dtype("<i8"),
+                                           digest["indptr"])
                 part_bits = data.view(np.uint32)
                 if len(part_bits) and (part_bits == part_bits[0]).all():
                     table[4], table[5] = -1, int(part_bits[0])
                 else:
                     table[4], table[5] = at["values"], 0
-                    at["values"] += _write(out["values"], data, np.dtype("<f4"), digest)
+                    at["values"] += _write(out["values"], data, np.dtype("<f4"),
+                                           digest["values"])
                 table[6] = at["take"]
                 for d in range(k):
                     table[_FIXED + d] = routes[layer - 1, p, d] = len(takes[p][d])
-                    at["take"] += _write(out["take"], takes[p][d], index_dtype, digest)
-                sums[p][layer - 1] = np.frombuffer(digest.digest(), np.uint8)
+                    at["take"] += _write(out["take"], takes[p][d], index_dtype,
+                                         digest["take"])
+                sums[p][layer - 1] = [np.frombuffer(digest[name].digest(), np.uint8)
+                                      for name in _ARRAYS]
             total = int(received.sum())
             volume.append((layer, total, total, int(received.max())))
             if progress is not None:
@@ -486,7 +492,8 @@ class _PartFiles:
         expected = {"parts": (self.n_layers + 1, self.n_neurons),
                     "routes": (self.n_layers, self.k, self.k),
                     "table": (self.n_layers, _FIXED + self.k),
-                    "sums": (self.n_layers, _SUM), "level_sums": (self.n_layers + 1, _SUM)}
+                    "sums": (self.n_layers, len(_ARRAYS), _SUM),
+                    "level_sums": (self.n_layers + 1, _SUM)}
         found = {"parts": tuple(shape), "routes": self.routes.shape,
                  "table": self.table.shape, "sums": self.sums.shape,
                  "level_sums": self.level_sums.shape}
@@ -614,30 +621,27 @@ class _PartFiles:
         own = np.flatnonzero(self.level(layer) == p)
         n_prev = int(np.count_nonzero(owners_prev == p))  # p's slab of level l - 1
         start, nnz = int(row[0]), int(row[1])
-        digest = hashlib.sha256()  # in the order the slices were written
+        digest = {name: hashlib.sha256() for name in _ARRAYS}  # as the slices were written
         columns = self.read("columns", start, nnz)
-        digest.update(memoryview(columns).cast("B"))
+        digest["columns"].update(memoryview(columns).cast("B"))
         if row[2] < 0:
             indptr = np.arange(len(own) + 1, dtype=np.int64) * int(row[3])
         else:
             indptr = self.read("indptr", int(row[2]), len(own) + 1)
-            digest.update(memoryview(indptr).cast("B"))
+            digest["indptr"].update(memoryview(indptr).cast("B"))
         values = None
         if row[4] >= 0:
             values = self.read("values", int(row[4]), nnz)
-            digest.update(memoryview(values).cast("B"))
+            digest["values"].update(memoryview(values).cast("B"))
         takes, at = {}, int(row[6])
         for d in range(k):
             count = int(row[_FIXED + d])
             if count:
                 takes[d] = self.read("take", at, count)
-                digest.update(memoryview(takes[d]).cast("B"))
+                digest["take"].update(memoryview(takes[d]).cast("B"))
             at += count
-        if digest.digest() != self.sums[layer - 1].tobytes():
-            raise SliceDamagedError(self.path("columns"), f"layer {layer}'s checksum "
-                                    f"differs (part {p}'s columns, row pointers, values or "
-                                    "takes): the slices changed since they were cut")
-        # ranges: the compiled passes index by these, so nothing out of bounds reaches them
+        # ranges first (what the compiled passes index by: nothing out of bounds reaches
+        # them, and the error says what is wrong), then the checksum (any byte changed)
         if not slice_is_sound(columns, indptr, n):
             if indptr[0] != 0 or indptr[-1] != nnz or (np.diff(indptr) < 0).any():
                 where = self.path("indptr") if row[2] >= 0 else self.files[0]
@@ -649,6 +653,10 @@ class _PartFiles:
             if int(take.max()) >= n_prev:
                 raise SliceDamagedError(self.path("take"), f"layer {layer}: positions up to "
                                         f"{int(take.max())} in a slab of {n_prev} neurons")
+        for name, expected in zip(_ARRAYS, self.sums[layer - 1], strict=True):
+            if digest[name].digest() != expected.tobytes():
+                raise SliceDamagedError(self.path(name), f"layer {layer}'s checksum differs: "
+                                        "the slices changed since they were cut")
         needed, wt_ptr, wt_idx, w_ptr, w_idx, w_from = part_layer_csr(columns, indptr, n)
         if values is None:  # one value: both matrices share the array (the kernels only read)
             wt_data = w_data = np.full(nnz, np.uint32(row[5]), np.uint32).view(np.float32)
