@@ -34,6 +34,8 @@ nbuckets, epsilon   buckets of a hash partition; imbalance bound of a hypergraph
 dense_threshold,    the kernel settings the run's tasks used (``sdnn.kernel.*``, read on
 chunk_bytes,        the client); ``chunk_min_rows`` is empty in records made before the
 chunk_min_rows      minimum existed (their chunks were ``chunk_bytes`` alone)
+dedup               ``on``/``off``: identical live rows computed once (``sdnn.kernel.dedup``;
+                    serial kernel and data parallelism); empty where it does not apply
 block, worker       this row's block and the worker that ran it
 rows, survivors     input rows of the block, and those nonzero after the last layer (for a
                     part: nonzero in the part's columns)
@@ -76,13 +78,15 @@ versions            ``sdnn_dask, dask, distributed, numpy, scipy, numba, python`
 ==================  =========================================================================
 
 Layer records (``layers.csv``): ``study, run_id, block, layer, mode, rows_in, rows_out,
-nnz_out, seconds``, and for model/hybrid runs what the part received in the layer:
-``columns_in`` (predicted columns from other parts), ``bytes_in`` (measured: by the
-direct transport, or by Dask for the graph one), ``transfers_in``, ``nnz_in`` and
-``rows_received``; with the direct transport also where the part's time went besides
-``seconds`` (its step): ``wait_s`` (waiting for pieces), ``send_s`` (cutting, serialising
-and queueing its pieces), ``serialise_s`` (part of ``send_s``), ``deserialise_s`` and
-``transit_s`` (the slowest remote piece's time from queued on its sender to filed here).
+nnz_out, seconds, distinct_out`` (the live rows computed, identical rows once:
+``rows_out`` where nothing was merged; empty where not counted), and for model/hybrid runs
+what the part received in the layer: ``columns_in`` (predicted columns from other parts),
+``bytes_in`` (measured: by the direct transport, or by Dask for the graph one),
+``transfers_in``, ``nnz_in`` and ``rows_received``; with the direct transport also where
+the part's time went besides ``seconds`` (its step): ``wait_s`` (waiting for pieces),
+``send_s`` (cutting, serialising and queueing its pieces), ``serialise_s`` (part of
+``send_s``), ``deserialise_s`` and ``transit_s`` (the slowest remote piece's time from
+queued on its sender to filed here).
 
 :data:`RUN_DTYPES` and :data:`LAYER_DTYPES` give every column's type: records written by
 :func:`run_records`, read back from CSV or parquet, have exactly these columns and types.
@@ -121,7 +125,7 @@ RUN_DTYPES: dict[str, str] = {
     "edges": _INT, "inputs": _INT, "workers": _INT, "blocks": _INT, "parts": _INT,
     "row_groups": _INT, "transport": _TEXT, "seed": _INT, "nbuckets": _INT,
     "epsilon": _FLOAT, "dense_threshold": _FLOAT, "chunk_bytes": _INT, "chunk_min_rows": _INT,
-    "block": _INT,
+    "dedup": _TEXT, "block": _INT,
     "worker": _TEXT, "rows": _INT, "survivors": _INT, "row_layers": _INT, "compute_s": _FLOAT,
     "weight_bytes": _FLOAT, "store_bytes_read": _FLOAT, "peak_rss_bytes": _FLOAT,
     "wall_s": _FLOAT, "edges_per_s": _FLOAT, "imbalance": _FLOAT,
@@ -135,7 +139,8 @@ RUN_DTYPES: dict[str, str] = {
 LAYER_DTYPES: dict[str, str] = {
     "study": _TEXT, "run_id": _TEXT, "block": _INT, "layer": _INT, "mode": _TEXT,
     "rows_in": _INT, "rows_out": _INT, "nnz_out": _INT, "seconds": _FLOAT,
-    "columns_in": _FLOAT, "bytes_in": _FLOAT, "transfers_in": _FLOAT, "nnz_in": _FLOAT,
+    "distinct_out": _INT, "columns_in": _FLOAT, "bytes_in": _FLOAT, "transfers_in": _FLOAT,
+    "nnz_in": _FLOAT,
     "rows_received": _FLOAT, "wait_s": _FLOAT, "send_s": _FLOAT, "serialise_s": _FLOAT,
     "deserialise_s": _FLOAT, "transit_s": _FLOAT,
 }
@@ -242,6 +247,7 @@ def run_records(
         "dense_threshold": None if result.strategy == "reference" else kernel.dense_threshold,
         "chunk_bytes": None if result.strategy == "reference" else kernel.chunk_bytes,
         "chunk_min_rows": None if result.strategy == "reference" else kernel.min_chunk_rows,
+        "dedup": {True: "on", False: "off"}.get(params.get("dedup"), ""),
         "wall_s": result.wall_seconds,
         "edges_per_s": result.edges_per_second,
         "imbalance": imbalance(blocks["compute_s"]),

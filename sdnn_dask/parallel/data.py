@@ -231,7 +231,7 @@ class DataParallelExecutor(Executor):
             results, wall = self._map(futures, blocks, merge=merge)
         else:
             results, wall = self._map_dynamic(futures, merge=merge)
-        params: dict[str, Any] = {"placement": placement,
+        params: dict[str, Any] = {"dedup": self._kernel.dedup, "placement": placement,
                                   "merge_blocks": "merged" if merge else "alone",
                                   "weights": self.weights}
         if partition == "random":

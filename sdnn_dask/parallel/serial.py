@@ -8,7 +8,7 @@ import time
 import pandas as pd
 import scipy.sparse as sp
 
-from ..core.kernels import forward_block, stream_blocks, warm_up_kernels
+from ..core.kernels import KernelSettings, forward_block, stream_blocks, warm_up_kernels
 from ..core.network import Network, as_csr32
 from ..core.reference import infer_reference
 from ..core.result import RunResult, network_info
@@ -36,6 +36,7 @@ def run_serial(network: Network, inputs: sp.spmatrix | sp.sparray,
         raise ValueError(f"unknown serial method {method!r}; choose one of {SERIAL_METHODS}")
     y = as_csr32(inputs)
     host = socket.gethostname()
+    params: dict[str, object] = {}
     if method == "reference":
         inference = infer_reference(network, y)
         output, seconds = inference.output, inference.seconds
@@ -51,6 +52,7 @@ def run_serial(network: Network, inputs: sp.spmatrix | sp.sparray,
         seconds = time.perf_counter() - start
         output = block.to_csr()
         layers = block.trace.assign(block=0)
+        params["dedup"] = KernelSettings.resolve().dedup  # what forward_block read
     survivors = int((output.getnnz(axis=1) > 0).sum())
     blocks = pd.DataFrame([{"block": 0, "worker": f"local:{host}", "rows": y.shape[0],
                             "survivors": survivors, "compute_s": seconds}])
@@ -65,4 +67,5 @@ def run_serial(network: Network, inputs: sp.spmatrix | sp.sparray,
         wall_seconds=seconds,
         blocks=blocks,
         layers=layers,
+        params=params,
     )

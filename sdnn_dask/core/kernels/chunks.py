@@ -115,6 +115,23 @@ class Chunk:
         self.live, self.nnz = self.live[kept], int(ox.shape[0])
         return "sparse"
 
+    def keep(self, alive: np.ndarray, pool: BufferPool) -> None:
+        """Keep only the ``alive`` rows (a mask over :attr:`live`), as a step that
+        drops rows does."""
+        if alive.all():
+            return
+        if self._buffers is not None:
+            self.nnz -= int(column_nnz(self.dense_t)[~alive].sum())
+            keep = int(alive.sum())
+            compact_columns(self.dense_t, alive, self._view(1 - self._current, keep))
+            self._current = 1 - self._current
+            self.live = self.live[alive]
+            if not len(self.live):
+                self.release(pool)
+            return
+        self.csr = self.csr[alive]
+        self.live, self.nnz = self.live[alive], int(self.csr.nnz)
+
     def row_nnz(self) -> np.ndarray:
         """Nonzeros of each live row."""
         if not len(self.live):  # every row died: the tile is gone

@@ -26,6 +26,7 @@ from ... import config
 from ..csr import as_csr32
 from ..network import Network
 from .chunks import BufferPool, Chunk
+from .dedup import DedupPolicy, Groups, merge_duplicates
 from .steps import ROW_TILE, dense_step_w, input_order
 
 
@@ -42,7 +43,9 @@ class BlockOutput:
     n_rows
         Rows the block had on input.
     trace
-        One row per layer: ``layer, mode, rows_in, rows_out, nnz_out, seconds``.
+        One row per layer: ``layer, mode, rows_in, rows_out, nnz_out, seconds,
+        distinct_out`` (``rows_out`` counts every live row; ``distinct_out`` the rows
+        computed, once identical rows are computed once: :mod:`.dedup`).
     """
 
     rows: np.ndarray
@@ -61,7 +64,10 @@ class BlockOutput:
         )
 
 
-TRACE_COLUMNS = ["layer", "mode", "rows_in", "rows_out", "nnz_out", "seconds"]
+TRACE_COLUMNS = ["layer", "mode", "rows_in", "rows_out", "nnz_out", "seconds", "distinct_out"]
+#: A layer's statistics (:attr:`BlockState.stats`): rows in, rows out, nonzeros out,
+#: seconds, distinct rows out.
+_N_STATS = 5
 
 
 @dataclass(frozen=True)
@@ -78,15 +84,20 @@ class KernelSettings:
         Rows a chunk has at least, whatever ``chunk_bytes`` says for the network's N
         (``sdnn.kernel.chunk-min-rows`` when ``chunk_bytes`` comes from the config; 1 when
         it is given, so a caller's small chunks stay small).
+    dedup
+        Compute identical live rows once (:mod:`.dedup`; ``sdnn.kernel.dedup``): the
+        same bits, the deep layers at the cost of one row.
     """
 
     dense_threshold: float
     chunk_bytes: int
     min_chunk_rows: int = 1
+    dedup: bool = False
 
     @classmethod
     def resolve(cls, dense_threshold: float | None = None,
-                chunk_bytes: int | None = None) -> KernelSettings:
+                chunk_bytes: int | None = None, dedup: bool | None = None
+                ) -> KernelSettings:
         """The given values, the rest from ``sdnn.kernel.*`` of this process's config."""
         if dense_threshold is None:
             dense_threshold = config.get("kernel.dense-threshold")
@@ -94,7 +105,9 @@ class KernelSettings:
         if chunk_bytes is None:
             chunk_bytes = config.get("kernel.chunk-bytes")
             min_rows = int(config.get("kernel.chunk-min-rows") or 1)
-        return cls(float(dense_threshold), int(chunk_bytes), max(1, min_rows))
+        if dedup is None:
+            dedup = config.get("kernel.dedup", False)
+        return cls(float(dense_threshold), int(chunk_bytes), max(1, min_rows), bool(dedup))
 
     def chunk_rows(self, n_neurons: int) -> int:
         """Rows per chunk for a network of ``n_neurons``: ``chunk_bytes`` of float32 tile,
@@ -180,7 +193,8 @@ class BlockState:
     chunks
         The live rows, block-local ids and activations, in chunks.
     stats
-        ``layers x 4``: rows in, rows out, nonzeros out and seconds of each layer done.
+        ``layers x 5``: rows in, rows out, nonzeros out, seconds and distinct rows out of
+        each layer done.
     modes
         The kernel modes each layer used (bits of ``_MODE_BITS``).
     chunk_rows
@@ -227,7 +241,7 @@ def begin_block(network: Network, inputs: sp.csr_matrix | sp.sparray,
     chunk_rows = _settings_rows(network, settings)
     n_rows, chunks = _first_chunks(network, inputs, chunk_rows)
     n_layers = network.n_layers
-    return BlockState(n_rows, 0, chunks, np.zeros((n_layers, 4)),
+    return BlockState(n_rows, 0, chunks, np.zeros((n_layers, _N_STATS)),
                       np.zeros(n_layers, np.uint8), chunk_rows)
 
 
@@ -308,7 +322,8 @@ def _joined(parts: list[tuple[int, BlockOutput]], n_rows: int, n: int) -> BlockO
     traces = pd.concat([out.trace for _, out in parts], ignore_index=True)
     trace = traces.groupby("layer", sort=True).agg(
         mode=("mode", "first"), rows_in=("rows_in", "sum"), rows_out=("rows_out", "sum"),
-        nnz_out=("nnz_out", "sum"), seconds=("seconds", "sum")).reset_index()
+        nnz_out=("nnz_out", "sum"), seconds=("seconds", "sum"),
+        distinct_out=("distinct_out", "sum")).reset_index()
     return BlockOutput(rows, values, n_rows, trace[TRACE_COLUMNS])
 
 
@@ -373,6 +388,7 @@ def finish_blocks(network: Network, states: list[BlockState],
     pool = BufferPool(n * chunk_rows)
     offsets = np.cumsum([0] + [s.n_rows for s in states])
     step = _Stepper(network, settings, pool, chunk_rows, offsets if len(states) > 1 else None)
+    policy = DedupPolicy() if settings.dedup else None
     for b, state in enumerate(states):  # block-local ids -> ids unique among the blocks
         step.stats[b, : state.layer] = state.stats[: state.layer]
         step.modes[b, : state.layer] = state.modes[: state.layer]
@@ -393,10 +409,16 @@ def finish_blocks(network: Network, states: list[BlockState],
                     new = [c for c in new if len(c.live) == chunk_rows] + Chunk.repack(
                         partial, chunk_rows, n, pool)
                 chunks += new
+            rows_in = sum(len(c.live) for c in chunks)
             for chunk in chunks:
                 step.advance(chunk, k)
-            chunks = Chunk.repack_if_half_empty([c for c in chunks if len(c.live)], chunk_rows,
-                                                 n, pool)
+            chunks = [c for c in chunks if len(c.live)]
+            rows_out = sum(len(c.live) for c in chunks)
+            if policy is not None and policy.due(k, rows_in, rows_out):
+                merged = merge_duplicates(chunks, step.groups, n, pool)
+                policy.looked(k, rows_out, merged)
+                chunks = [c for c in chunks if len(c.live)]
+            chunks = Chunk.repack_if_half_empty(chunks, chunk_rows, n, pool)
     finally:  # a streamed network stops reading ahead (all rows may have died)
         step.close()
     for b in joining:  # blocks that finished in phase 1
@@ -406,7 +428,10 @@ def finish_blocks(network: Network, states: list[BlockState],
         values = sp.vstack([c.to_csr() for c in chunks], format="csr")
     else:
         rows, values = np.empty(0, np.int64), sp.csr_matrix((0, n), dtype=np.float32)
-    if len(states) > 1:  # back into block order (chunks joined by layer, not by block)
+    if step.groups:  # every row a representative stands for, its values repeated
+        rows, source = step.groups.expand(rows)
+        values = values[source]
+    elif len(states) > 1:  # back into block order (chunks joined by layer, not by block)
         order = np.argsort(rows, kind="stable")
         rows, values = rows[order], values[order]
     values = as_csr32(values)
@@ -419,7 +444,8 @@ def finish_blocks(network: Network, states: list[BlockState],
             "layer": np.arange(1, step.n_layers + 1),
             "mode": np.asarray(_MODE_NAMES, dtype=object)[step.modes[b]],
             "rows_in": stats[:, 0].astype(np.int64), "rows_out": stats[:, 1].astype(np.int64),
-            "nnz_out": stats[:, 2].astype(np.int64), "seconds": stats[:, 3]})
+            "nnz_out": stats[:, 2].astype(np.int64), "seconds": stats[:, 3],
+            "distinct_out": stats[:, 4].astype(np.int64)})
         outputs.append(BlockOutput(rows[mine] - offsets[b], values[mine], state.n_rows, trace))
     return outputs
 
@@ -445,8 +471,9 @@ class _Stepper:
         self.pool, self.chunk_rows = pool, chunk_rows
         self.offsets = offsets
         n_blocks = 1 if offsets is None else len(offsets) - 1
-        self.stats = np.zeros((n_blocks, self.n_layers, 4))  # rows in/out, nnz out, seconds
+        self.stats = np.zeros((n_blocks, self.n_layers, _N_STATS))
         self.modes = np.zeros((n_blocks, self.n_layers), np.uint8)  # bits of _MODE_BITS
+        self.groups = Groups()  # the rows each live row stands for (deduplication)
 
     def close(self) -> None:
         """Let go of the layers (a streamed network's reader stops)."""
@@ -474,9 +501,13 @@ class _Stepper:
         mode = chunk.step(w, wt, order, self.bias, self.ymax, self.threshold, self.pool,
                           self.chunk_rows)
         seconds = time.perf_counter() - t0
+        if self.groups:  # rows stand for others: count every row they stand for
+            self._count_groups(k, live, chunk, mode, seconds)
+            return
         if single:  # one block's rows: the chunk's totals are that block's
             b = 0 if offsets is None else int(first)
-            self.stats[b, k] += (rows_in, len(chunk.live), chunk.nnz, seconds)
+            self.stats[b, k] += (rows_in, len(chunk.live), chunk.nnz, seconds,
+                                 len(chunk.live))
             self.modes[b, k] |= _MODE_BITS[mode]
             return
         blocks = slice(first, last + 1)
@@ -489,7 +520,35 @@ class _Stepper:
         stats[:, 1] += np.diff(cut_out)
         stats[:, 2] += np.diff(nnz_before[cut_out])
         stats[:, 3] += seconds * rows_in_b / rows_in  # a shared tile's time, split by rows
+        stats[:, 4] += np.diff(cut_out)
         self.modes[blocks, k][rows_in_b > 0] |= _MODE_BITS[mode]
+
+
+    def _count_groups(self, k: int, live: np.ndarray, chunk: Chunk, mode: str,
+                      seconds: float) -> None:
+        """:meth:`advance`'s statistics where live rows stand for others (their rows
+        may belong to several blocks)."""
+        n_blocks = self.stats.shape[0]
+
+        def blocks(ids: np.ndarray) -> np.ndarray:
+            if self.offsets is None:
+                return np.zeros(len(ids), np.int64)
+            return np.searchsorted(self.offsets, ids, side="right") - 1
+
+        rows_in, _ = self.groups.expand(live)
+        rows_out, source = self.groups.expand(chunk.live)
+        in_b = np.bincount(blocks(rows_in), minlength=n_blocks)
+        out_blocks = blocks(rows_out)
+        stats = self.stats[:, k]
+        stats[:, 0] += in_b
+        stats[:, 1] += np.bincount(out_blocks, minlength=n_blocks)
+        stats[:, 2] += np.bincount(out_blocks, weights=chunk.row_nnz()[source],
+                                   minlength=n_blocks)
+        stats[:, 3] += seconds * in_b / max(1, len(rows_in))
+        # a representative counts once in each block it has rows in
+        pairs = np.unique(source * n_blocks + out_blocks)
+        stats[:, 4] += np.bincount(pairs % n_blocks, minlength=n_blocks)
+        self.modes[in_b > 0, k] |= _MODE_BITS[mode]
 
 
 def _kernel_layers(network: Network) -> Any:

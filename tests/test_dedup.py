@@ -1,0 +1,174 @@
+"""Identical live rows computed once (issue 35): the same bits as without, every row's
+trace counted as without, and the merging seen to happen (``distinct_out``)."""
+
+from __future__ import annotations
+
+import dask
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from sdnn_dask.core.kernels import KernelSettings, forward_block, forward_blocks, stream_blocks
+from sdnn_dask.core.kernels.dedup import Groups, duplicates, hash_csr, hash_dense_t
+from sdnn_dask.core.network import Network
+from sdnn_dask.data.radixnet import make_inputs, make_network
+from sdnn_dask.parallel import DataParallelExecutor
+from sdnn_dask.records import run_records
+
+ON = KernelSettings.resolve(dedup=True)
+OFF = KernelSettings.resolve(dedup=False)
+COUNTED = ["layer", "rows_in", "rows_out", "nnz_out"]
+
+
+def assert_bitwise(a: sp.csr_matrix, b: sp.csr_matrix) -> None:
+    a, b = sp.csr_matrix(a), sp.csr_matrix(b)
+    assert a.shape == b.shape
+    assert np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices)
+    assert np.array_equal(a.data.view(np.uint32), b.data.view(np.uint32))
+
+
+def _random_network(seed: int, n: int, layers: int, *, bias, ymax: float,
+                    low: float, high: float, density: float = 0.3) -> Network:
+    rng = np.random.default_rng(seed)
+    mats = []
+    for _ in range(layers):
+        w = sp.random(n, n, density=density, format="csr", dtype=np.float32, rng=rng)
+        w.data = rng.uniform(low, high, w.nnz).astype(np.float32)
+        w.data[w.data == 0] = 0.125
+        mats.append(w)
+    if isinstance(bias, str):
+        bias = rng.uniform(-0.3, 0.1, n).astype(np.float32)
+    return Network(mats, bias=bias, ymax=ymax, name=f"random-{seed}")
+
+
+def _inputs(seed: int, rows: int, n: int, density: float = 0.3) -> sp.csr_matrix:
+    rng = np.random.default_rng(seed)
+    x = sp.random(rows, n, density=density, format="csr", dtype=np.float32, rng=rng)
+    x.data = rng.uniform(0.1, 1.0, x.nnz).astype(np.float32)
+    return x
+
+
+def _both(network, x, **kwargs):
+    on = forward_block(network, x, settings=ON, **kwargs)
+    off = forward_block(network, x, settings=OFF, **kwargs)
+    assert_bitwise(on.to_csr(), off.to_csr())
+    assert on.trace[COUNTED].equals(off.trace[COUNTED])
+    assert (off.trace["distinct_out"] == off.trace["rows_out"]).all()
+    return on, off
+
+
+# -- the pieces --------------------------------------------------------------------------
+
+
+def test_a_row_hashes_the_same_dense_or_sparse():
+    rng = np.random.default_rng(0)
+    dense = rng.uniform(-1, 1, (40, 64)).astype(np.float32)
+    dense[rng.random(dense.shape) < 0.6] = 0.0
+    dense[3, 5] = -0.0  # a negative zero is a zero
+    tile = np.ascontiguousarray(dense.T)  # neurons x rows
+    csr = sp.csr_matrix(dense)
+    assert np.array_equal(hash_dense_t(tile), hash_csr(csr.indptr, csr.indices, csr.data))
+    twins = np.vstack([dense[:1], dense[:1]])
+    csr2 = sp.csr_matrix(twins)
+    h = hash_csr(csr2.indptr, csr2.indices, csr2.data)
+    assert h[0] == h[1] and len(set(hash_dense_t(tile).tolist())) == 40
+
+
+def test_a_hash_collision_never_merges_different_rows():
+    rows = np.array([[1.0, 2.0], [1.0, 2.0], [3.0, 4.0], [1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    same = lambda i, js: np.all(rows[js] == rows[i], axis=1)  # noqa: E731
+    drop, merges = duplicates(np.zeros(len(rows), np.uint64), same)  # every hash equal
+    assert drop.tolist() == [False, True, False, True, True, False]
+    assert [(r, m.tolist()) for r, m in merges] == [(0, [1, 3]), (2, [4])]
+
+
+def test_groups_expand_what_they_merged():
+    g = Groups()
+    g.merge(4, np.array([9]))
+    g.merge(2, np.array([4, 7]))  # 4 stands for 9 already
+    assert g.of(2).tolist() == [2, 4, 7, 9] and g.counts(np.array([2, 5])).tolist() == [4, 1]
+    rows, source = g.expand(np.array([2, 5]))
+    assert rows.tolist() == [2, 4, 5, 7, 9] and source.tolist() == [0, 0, 1, 0, 0]
+
+
+# -- the kernel with and without ---------------------------------------------------------
+
+
+def test_radixnet_survivors_are_computed_once():
+    net = make_network(1024, 40, seed=1)
+    x = make_inputs(3000, 1024, seed=1)
+    on, _ = _both(net, x)
+    last = on.trace.iloc[-1]
+    assert last["rows_out"] > 10 and last["distinct_out"] == 1  # one saturated row
+
+
+@pytest.mark.parametrize(("high", "bias"), [(0.2, 0.05), (0.15, "per-neuron"),
+                                            (0.25, "per-neuron")])
+def test_rows_that_meet_at_different_layers(high, bias):
+    """Small ymax and positive weights: rows saturate (and so meet) layer after layer,
+    with a positive bias and a per-neuron one."""
+    net = _random_network(2, 48, 24, bias=bias, ymax=1.0, low=0.0, high=high)
+    x = _inputs(3, 600, 48, density=0.1)
+    on, _ = _both(net, x)
+    distinct = on.trace["distinct_out"].to_numpy()
+    live = on.trace["rows_out"].to_numpy()
+    merged_at = np.flatnonzero(np.diff(live - distinct) > 0) + 2  # layers where rows met
+    assert len(merged_at) >= 2 and distinct[-1] < live[-1], on.trace
+
+
+def test_a_saturated_row_that_is_not_a_fixed_point():
+    """Mixed signs: once merged, the rows go on changing (they are not stuck at ymax), and
+    every copy changes alike."""
+    net = _random_network(4, 48, 30, bias=-0.05, ymax=2.0, low=-0.3, high=0.6)
+    x = _inputs(5, 400, 48, density=0.1)
+    on, _ = _both(net, x)
+    assert (on.trace["distinct_out"] < on.trace["rows_out"]).any()
+    out = on.to_csr()
+    assert out.nnz and 0 < out.data.min() and (out.data < net.ymax).any()
+
+
+def test_tiled_inputs_are_merged_too():
+    net = make_network(1024, 12, seed=2)
+    x = make_inputs(300, 1024, seed=2)
+    tiled = sp.vstack([x] * 4, format="csr")
+    on, _ = _both(net, tiled)
+    assert on.trace["distinct_out"].iloc[-1] * 4 <= on.trace["rows_out"].iloc[-1]
+
+
+def test_rows_without_duplicates_are_unchanged():
+    net = _random_network(6, 48, 12, bias=-0.1, ymax=8.0, low=-0.5, high=0.6)
+    on, _ = _both(net, _inputs(7, 500, 48))
+    assert (on.trace["distinct_out"] == on.trace["rows_out"]).all()
+
+
+def test_several_blocks_merged_and_streamed():
+    """Members of one representative in several blocks: each block's rows and counts
+    are its own, as without deduplication; and the streamed form in several passes."""
+    net = make_network(1024, 30, seed=3)
+    x = make_inputs(2000, 1024, seed=3)
+    blocks = [x[:700], x[700:1300], x[1300:]]
+    for run in (lambda s: forward_blocks(net, blocks, s),
+                lambda s: stream_blocks(net, blocks, s, pass_rows=900)):
+        ons, offs = run(ON), run(OFF)
+        for on, off in zip(ons, offs, strict=True):
+            assert_bitwise(on.to_csr(), off.to_csr())
+            assert on.trace[COUNTED].equals(off.trace[COUNTED])
+        assert any((on.trace["distinct_out"] < on.trace["rows_out"]).any() for on in ons)
+
+
+def test_data_parallelism_with_and_without(client):
+    net = make_network(1024, 30, seed=4)
+    x = make_inputs(1500, 1024, seed=4)
+    results = {}
+    for dedup in (True, False):
+        with dask.config.set({"sdnn.kernel.dedup": dedup}):
+            executor = DataParallelExecutor(client, net)
+            results[dedup] = executor.run(x, partition="hash", n_blocks=4)
+    assert_bitwise(results[True].output, results[False].output)
+    on, off = results[True].layers, results[False].layers
+    assert on[["block", *COUNTED]].reset_index(drop=True).equals(
+        off[["block", *COUNTED]].reset_index(drop=True))
+    assert (on["distinct_out"] < on["rows_out"]).any()
+    assert (off["distinct_out"] == off["rows_out"]).all()
+    for dedup, word in ((True, "on"), (False, "off")):
+        assert set(run_records(results[dedup], study="t")["dedup"]) == {word}
