@@ -39,15 +39,22 @@ from sdnn_dask.parallel.slabs.slices import (
 from sdnn_dask.partition import make_neuron_partition
 from sdnn_dask.testing import assert_same_result
 
-N, L, ROWS, SEED = 1024, 12, 300, 4  # 22 rows live to the end
+N, L, ROWS, SEED = 1024, 12, 300, 4
 
 
 def _network() -> Network:
-    """RadiX-Net 1024-12 with no clamp reached (ymax 1e6; the largest output is 237): every
-    edge shows in the output, where at ymax 32 one edge more or less among 32 saturated
-    inputs would change nothing (a wrong slice would go unseen by the reference)."""
+    """RadiX-Net 1024-12's pattern with weights drawn in 0.02..0.1 and no clamp reached
+    (ymax 1e6): neurons' activations differ, so one edge moved shows in the answer, where
+    RadiX-Net's equal weights make every neuron of a row alike and one edge more or less
+    among 32 saturated inputs change nothing (a wrong slice would go unseen)."""
     net = make_network(N, L, seed=3)
-    return Network(net.layers, bias=net.bias, ymax=1e6, name="radixnet-1024-12-unclamped")
+    rng = np.random.default_rng(7)
+    layers = []
+    for w in net.layers:
+        w = w.copy()
+        w.data = rng.uniform(0.02, 0.1, w.nnz).astype(np.float32)
+        layers.append(w)
+    return Network(layers, bias=net.bias, ymax=1e6, name="radixnet-1024-12-drawn")
 
 
 @pytest.fixture(scope="module")
@@ -127,22 +134,45 @@ def _poke(path: Path, offset: int, dtype: str, change) -> None:
         handle.write(np.array([change(value)], dtype).tobytes())
 
 
+def _level(layer: int) -> np.ndarray:
+    """Dense activations of every row at level ``layer`` (the reference's)."""
+    net = _network()
+    first = Network(net.layers[:layer], bias=net.bias, ymax=net.ymax)
+    return infer_reference(first, make_inputs(ROWS, N, seed=SEED)).output.toarray()
+
+
+def _differs(y: np.ndarray, a: int, b: int) -> bool:
+    """Whether neurons ``a`` and ``b`` differ by more than 1 in some row (an edge moved
+    from one to the other then changes the answer past any rounding)."""
+    return bool(np.abs(y[:, a] - y[:, b]).max() > 1)
+
+
 def damage_slice(slices: Path, what: str) -> None:
-    """Change one value of part 1's slices, in place, the file's size kept (the last
-    layer's, whose every edge shows in the output; layer 1's for the partition and the
-    table)."""
+    """Change one value of part 1's slices, in place, the file's size kept: in the last
+    layer, an input whose activations differ from the one it is swapped for (so the answer
+    changes); in layer 1 for the partition and the table."""
     table = np.load(slices / "part1.index.npy")
     if what == "column-out-of-range":  # a column id past N (uint16): needed_of's index
         _poke(slices / "part1.columns.bin", 2 * int(table[0, 0]), "<u2", lambda v: 60000)
     elif what == "column-in-range":  # one id moved to a free neighbour: still sorted
-        start = int(table[L - 1, 0])
-        columns = np.fromfile(slices / "part1.columns.bin", "<u2")[start:start + 32]
-        at = start + int(np.flatnonzero(np.diff(columns.astype(np.int64)) > 1)[0])
-        _poke(slices / "part1.columns.bin", 2 * at, "<u2", lambda v: v + 1)
+        y = _level(L - 1)
+        start, nnz = int(table[L - 1, 0]), int(table[L - 1, 1])
+        columns = np.fromfile(slices / "part1.columns.bin", "<u2")[start:start + nnz]
+        rows = columns.reshape(-1, 32).astype(np.int64)  # RadiX-Net: 32 inputs a neuron
+        at = next(r * 32 + c for r, row in enumerate(rows) for c in range(31)
+                  if row[c] + 1 < row[c + 1] and _differs(y, row[c], row[c] + 1))
+        _poke(slices / "part1.columns.bin", 2 * (start + at), "<u2", lambda v: v + 1)
     elif what == "take-in-range":  # another position of the part's own slab
-        layer = int(np.flatnonzero(table[:, 7:].sum(axis=1))[-1])  # the last that sends
-        _poke(slices / "part1.take.bin", 2 * int(table[layer, 6]), "<u2",
-              lambda v: v + 1 if v == 0 else v - 1)
+        layer = int(np.flatnonzero(table[:, 7:].sum(axis=1))[-1]) + 1  # the last sending
+        owners = np.load(slices / "parts.npy")[layer - 1]
+        own = np.flatnonzero(owners == 1)  # part 1's slab of level layer - 1
+        y = _level(layer - 1)
+        takes = np.fromfile(slices / "part1.take.bin", "<u2")
+        start = int(table[layer - 1, 6])
+        at = next(i for i in range(start, start + int(table[layer - 1, 7:].sum()))
+                  if takes[i] + 1 < len(own) and _differs(y, own[takes[i]],
+                                                          own[takes[i] + 1]))
+        _poke(slices / "part1.take.bin", 2 * at, "<u2", lambda v: v + 1)
     elif what == "owner-in-range":  # level 1's neuron 600 given to the other part
         header = slices / "parts.npy"
         offset = len(np.lib.format.magic(1, 0)) + 2 + int.from_bytes(
