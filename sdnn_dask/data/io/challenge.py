@@ -18,7 +18,7 @@ from pathlib import Path
 import scipy.sparse as sp
 
 from .text import (
-    _GZIP_ERRORS,
+    GZIP_ERRORS,
     ChallengeFormatError,
     PathLike,
     read_triples,
@@ -101,7 +101,7 @@ def _difference(plain: Path, packed: Path) -> str | None:
                 if not x:
                     return None
                 lines += x.count(b"\n")
-    except _GZIP_ERRORS as error:
+    except GZIP_ERRORS as error:
         return f"{packed.name} is not valid gzip data: {error}"
     except OSError as error:
         raise unreadable(Path(error.filename) if error.filename else plain, error) from None

@@ -84,8 +84,8 @@ _BOM = "\xef\xbb\xbf"  # UTF-8 byte-order mark, as latin-1: pandas skips it at t
 
 
 _GZIP_MAGIC = b"\x1f\x8b"
-# what gzip (and pandas through it) raises for a damaged or foreign .gz file
-_GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
+#: What gzip (and pandas through it) raises for a damaged or foreign .gz file.
+GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
 
 
 def unreadable(path: Path, error: OSError) -> ChallengeFormatError:
@@ -182,7 +182,7 @@ def _diagnose(path: Path, n_columns: int) -> tuple[np.ndarray, ChallengeFormatEr
                     path, "is gzip data but its name does not end in .gz; expected plain text")
     try:
         return _diagnose_lines(path, n_columns)
-    except _GZIP_ERRORS as error:
+    except GZIP_ERRORS as error:
         raise _gzip_error(path, error) from None
 
 
@@ -350,7 +350,7 @@ def _read_columns(path: Path, n_columns: int) -> tuple[np.ndarray, ChallengeForm
         # no line, only blank lines, or blank lines before the first line of data (which
         # pandas also takes for an empty file): only the line by line reading tells
         return _diagnosed(path, n_columns, "no data")
-    except _GZIP_ERRORS as error:  # truncated, not gzip, trailing garbage, corrupt
+    except GZIP_ERRORS as error:  # truncated, not gzip, trailing garbage, corrupt
         raise _gzip_error(path, error) from None
     except OSError as error:  # PermissionError and the like, opening or reading
         raise unreadable(path, error) from None
