@@ -24,7 +24,10 @@ listens beyond loopback uses TLS by default (:mod:`.security`).
 
 * :mod:`.profiles`: the kind and options of a named cluster, :class:`ClusterError`;
 * :mod:`.security`: TLS credentials, and the private directories that hold them;
-* :mod:`.local`: the loopback :class:`~distributed.LocalCluster`;
+* :mod:`.limits`: how many workers each kind may be asked for, refused before any starts;
+* :mod:`.local`: the loopback :class:`~distributed.LocalCluster` (workers started with
+  SIGINT blocked: Ctrl-C is the client's);
+* :mod:`.quiet`: the workers' preload that drops the log records repeating a task's error;
 * :mod:`.slurm`: workers as SLURM jobs (dask-jobqueue, imported only when needed);
 * :mod:`.batch`: the slurm-batch cluster, one ``srun``'s tasks;
 * :mod:`.client`: :func:`make_cluster`, :func:`cluster_client`, :func:`connect` and

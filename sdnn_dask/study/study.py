@@ -70,7 +70,10 @@ class Study:
     Every combination of a problem with a run entry's values is a :class:`RunSpec`;
     ``repeats`` of each are run. Validation (:meth:`from_yaml`) happens before anything
     runs: unknown keys (with the nearest valid one), wrong types and impossible
-    combinations are errors naming the file and the entry.
+    combinations are errors naming the file and the entry. So are a grid of more than
+    ``sdnn.study.max-runs`` runs (:data:`MAX_RUNS`, counted before any is made), an empty
+    ``problems`` list, and a ``name`` that is not plain (it names the results folder);
+    :meth:`check_files` checks the paths before a cluster starts.
     """
 
     name: str
