@@ -80,18 +80,9 @@ from .slabs import (
     piece_for,
     warm_up_parts,
 )
-from .slabs.slices import (
-    SliceDamagedError,
-    SlicedPartPlan,
-    StaleSlicesWarning,
-    discard_slices,
-    open_part,
-    open_parts,
-    part_resident_bytes,
-    read_slices_index,
-    slices_volume,
-    write_part_slices,
-)
+from .slabs.slice_checks import SliceDamagedError, StaleSlicesWarning, read_slices_index
+from .slabs.sliced_plans import SlicedPartPlan, open_part, open_parts, part_resident_bytes
+from .slabs.slices import discard_slices, slices_volume, write_part_slices
 from .transfers import transfers_of, widen_transfer_logs
 from .transport.direct import (
     MESSAGE_COLUMNS,

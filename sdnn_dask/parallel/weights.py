@@ -70,9 +70,9 @@ def choose_part_weights(need: list[int], sharing: list[int], weights: str,
     """Resident or streamed for every part of a model-parallel run on a store, and why.
 
     ``need[p]`` is the bytes part ``p`` holds with every layer resident
-    (:func:`~sdnn_dask.parallel.slabs.slices.part_resident_bytes`), ``sharing[p]`` the most
-    parts that share one worker with it. ``weights`` as in :func:`choose_weights`; with
-    ``"auto"`` a part is resident when its layers fit in
+    (:func:`~sdnn_dask.parallel.slabs.sliced_plans.part_resident_bytes`), ``sharing[p]``
+    the most parts that share one worker with it. ``weights`` as in
+    :func:`choose_weights`; with ``"auto"`` a part is resident when its layers fit in
     ``sdnn.data-parallel.resident-fraction`` of the memory limit divided among the parts
     sharing its worker, else streamed (its slice read layer by layer, each run).
     """
