@@ -50,14 +50,15 @@ def test_a_connection_without_the_secret_is_closed_unread():
     try:
         host, port, secret = b.address
         with socket.create_connection((host, port)) as sock:
-            sock.sendall(b"".join(_frames({"hello": secret, "sender": "tcp://x"})))
-            sock.sendall(b"".join(_frames({"op": "piece", "payload": 1})))
-            sock.settimeout(10)
             heard = b""
-            try:  # closed by the wire: an end of file, or a reset (data left unread)
+            try:  # closed by the wire: an end of file, or a reset (data left unread),
+                # which may already meet the second frame (the CI failure: a reset there)
+                sock.sendall(b"".join(_frames({"hello": secret, "sender": "tcp://x"})))
+                sock.sendall(b"".join(_frames({"op": "piece", "payload": 1})))
+                sock.settimeout(10)
                 while chunk := sock.recv(4096):
                     heard += chunk
-            except ConnectionResetError:
+            except (ConnectionResetError, BrokenPipeError):
                 pass
             assert len(heard) <= CHALLENGE.size  # its challenge, never its proof
         with pytest.raises(queue.Empty):
