@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
+from cli_run import one_error_line, run
 
 from sdnn_dask.cli import main
 from sdnn_dask.cluster.limits import local_worker_limit
@@ -28,21 +29,6 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 SERIAL = ["-N", "1024", "-L", "2", "-n", "50", "--partitions", "none", "--model", "none",
           "--hybrid", "none", "--no-write", "-q"]
 INTERRUPTED = "interrupted; nothing was written for unfinished runs\n"
-
-
-def run(argv: list[str], capsys) -> tuple[int, str]:
-    """``main(argv)``'s exit code (returned, or raised as argparse does) and its stderr."""
-    try:
-        code = main(argv)
-    except SystemExit as exit_:
-        code = exit_.code
-    return code, capsys.readouterr().err
-
-
-def one_error_line(err: str) -> str:
-    """The message of an stderr that is exactly one ``error:`` line."""
-    assert err.startswith("error: ") and err.endswith("\n") and err.count("\n") == 1, err
-    return err
 
 
 def command(*argv: str, timeout: float = 120, memory: int | None = None

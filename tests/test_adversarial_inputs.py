@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_run import run
 
 from sdnn_dask import study
 from sdnn_dask.cli import main
@@ -40,15 +41,6 @@ REPO = Path(__file__).resolve().parents[1]
 HEADROOM = 1_500_000_000
 #: The CLI run on the challenge folders here: one serial strategy, no cache, no progress.
 INFER = ["infer", "-N", "1024", "-L", "6", "--strategy", "kernel", "--no-cache", "-q"]
-
-
-def run(argv: list[str], capsys) -> tuple[int, str]:
-    """``main(argv)``'s exit code (returned, or raised as argparse does) and its stderr."""
-    try:
-        code = main(argv)
-    except SystemExit as exit_:
-        code = exit_.code
-    return code, capsys.readouterr().err
 
 
 def assert_error(code: int, err: str, *names: str) -> None:

@@ -19,9 +19,9 @@ from pathlib import Path
 import dask
 import psutil
 import pytest
+from cli_run import one_error_line, run
 
 from sdnn_dask import records
-from sdnn_dask.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -36,21 +36,6 @@ def write(folder: Path, text: str, name: str = "s.yaml") -> Path:
     path = folder / name
     path.write_text(textwrap.dedent(text))
     return path
-
-
-def run(argv: list[str], capsys) -> tuple[int, str]:
-    """``main(argv)``'s exit code (returned, or raised as argparse does) and its stderr."""
-    try:
-        code = main(argv)
-    except SystemExit as exit_:
-        code = exit_.code
-    return code, capsys.readouterr().err
-
-
-def one_error_line(err: str) -> str:
-    """The message of an stderr that is exactly one ``error:`` line."""
-    assert err.startswith("error: ") and err.endswith("\n") and err.count("\n") == 1, err
-    return err
 
 
 # --------------------------------------------------------------------------- the grid's size

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from cli_run import run
 
 from sdnn_dask.cli import main
 from sdnn_dask.report import html as html_report
@@ -19,15 +20,6 @@ from sdnn_dask.report import html as html_report
 #: A small compare: serial runs only, one worker (a few seconds).
 SMALL = ["compare", "-N", "1024", "-L", "4", "-n", "200", "--partitions", "none",
          "--model", "none", "--hybrid", "none", "--workers", "1"]
-
-
-def run(argv: list[str], capsys) -> tuple[int, str]:
-    """``main(argv)``'s exit code (returned, or raised as argparse does) and its stderr."""
-    try:
-        code = main(argv)
-    except SystemExit as exit_:
-        code = exit_.code
-    return code, capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")
