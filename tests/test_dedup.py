@@ -172,3 +172,26 @@ def test_data_parallelism_with_and_without(client):
     assert (off["distinct_out"] == off["rows_out"]).all()
     for dedup, word in ((True, "on"), (False, "off")):
         assert set(run_records(results[dedup], study="t")["dedup"]) == {word}
+
+
+@pytest.mark.parametrize(("flag", "word"), [("--dedup", "on"), ("--no-dedup", "off")])
+def test_the_command_line_switch_is_recorded(tmp_path, capsys, flag, word):
+    """``compare --dedup`` / ``--no-dedup``: the kernel and data-parallel runs record the
+    setting they ran with (the reference and model parallelism have none), and every
+    run still PASSes."""
+    import pandas as pd
+    from cli_run import run
+
+    code, err = run(["compare", "-N", "1024", "-L", "30", "-n", "400", "--partitions", "hash",
+                     "--model", "none", "--hybrid", "none", "--workers", "1", "-q",
+                     "--results", str(tmp_path), flag], capsys)
+    assert code == 0, err
+    records = pd.read_csv(tmp_path / "records.csv", keep_default_na=False)
+    by = records.groupby("strategy")["dedup"].agg(set).to_dict()
+    assert by == {"reference": {""}, "kernel": {word}, "data": {word}}
+    assert set(records["check"]) == {"PASS"}
+    layers = pd.read_csv(tmp_path / "layers.csv")
+    kernel = layers[layers["run_id"].isin(records.loc[records["strategy"] == "kernel",
+                                                      "run_id"])]
+    merged = (kernel["distinct_out"] < kernel["rows_out"]).any()
+    assert merged == (word == "on")

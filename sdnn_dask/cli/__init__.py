@@ -23,6 +23,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
+import dask
+
 from ..data import io
 from ..study import StudyError
 from .common import (
@@ -48,7 +50,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.cluster = "slurm"
     try:
         check_arguments(args)
-        with batch_runner(args):
+        # a kernel switch for this command: resolved on this client, handed to the tasks
+        kernel = ({} if getattr(args, "dedup", None) is None
+                  else {"sdnn.kernel.dedup": args.dedup})
+        with batch_runner(args), dask.config.set(kernel):
             return int(args.func(args) or 0)
     except UsageError as error:
         # raised on, as argparse does: SystemExit with code 2 once the message is out

@@ -140,6 +140,14 @@ def _add_problem_arguments(parser: argparse.ArgumentParser) -> None:
                    help="repeat the inputs this many times (e.g. official 1200 rows x 50)")
 
 
+def _add_kernel_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dedup", action=argparse.BooleanOptionalAction, default=None,
+        help="compute identical live rows once in the serial kernel and data parallelism "
+             "(the same bits; records say which was used); --no-dedup steps every copy, "
+             "as the papers' codes do (default: sdnn.kernel.dedup, off for now)")
+
+
 def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cluster", default=None, metavar="WHERE",
@@ -215,6 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("infer", help="run one strategy; print the rate, PASS/FAIL with truth")
     _add_problem_arguments(p)
+    _add_kernel_arguments(p)
     p.add_argument("--strategy", choices=STRATEGIES, default="data",
                    help="reference or kernel (serial, here), data, model or hybrid "
                         "parallelism (data)")
@@ -240,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="the main job: serial vs data, model and hybrid "
                                        "parallelism, verified, recorded and reported")
     _add_problem_arguments(p)
+    _add_kernel_arguments(p)
     p.add_argument("--partitions", default=",".join(ROW_PARTITIONS),
                    help="row partitions of the data-parallel runs, comma-separated "
                    f"({','.join(ROW_PARTITIONS)}; none: no data-parallel runs)")
