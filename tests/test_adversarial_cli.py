@@ -12,19 +12,16 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pytest
-from cli_run import one_error_line, run
+from cli_run import ENV, one_error_line, run, spawned_workers
+from cli_run import interrupt as interrupt_when
 
 from sdnn_dask.cli import main
 from sdnn_dask.cluster.limits import local_worker_limit
 
-ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 #: Serial runs only on a tiny generated problem: nothing to start but the command.
 SERIAL = ["-N", "1024", "-L", "2", "-n", "50", "--partitions", "none", "--model", "none",
           "--hybrid", "none", "--no-write", "-q"]
@@ -56,28 +53,10 @@ def command(*argv: str, timeout: float = 120, memory: int | None = None
 
 
 def interrupt(argv: list[str], workers: int, after: float) -> tuple[int, str]:
-    """Run ``sdnn-dask argv`` as a terminal would, and press Ctrl-C ``after`` seconds once
-    its ``workers`` worker processes exist: SIGINT to the whole process group, the client
-    and every worker alike. Returns the exit code and stderr."""
-    proc = subprocess.Popen([sys.executable, "-m", "sdnn_dask", *argv], env=ENV,
-                            start_new_session=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while len([c for c in psutil.Process(proc.pid).children()
-                   if "spawn_main" in " ".join(c.cmdline())]) < workers:
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the workers did not start in time"
-            time.sleep(0.02)
-        time.sleep(after)
-        assert proc.poll() is None, "it ended before the interrupt: make the problem larger"
-        os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-    return proc.returncode, err
+    """Ctrl-C to ``sdnn-dask argv`` ``after`` seconds once its ``workers`` worker
+    processes exist (:func:`cli_run.interrupt`). Returns the exit code and stderr."""
+    return interrupt_when(argv, lambda proc: len(spawned_workers(proc.pid)) >= workers,
+                          after=after, limit=120, waiting="the workers did not start in time")
 
 
 # --------------------------------------------------------------------------- --workers

@@ -17,14 +17,11 @@ import time
 from pathlib import Path
 
 import dask
-import psutil
 import pytest
-from cli_run import one_error_line, run
+from cli_run import ENV, interrupt, one_error_line, run, spawned_workers
 
 from sdnn_dask import records
 
-ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 #: One serial run of a tiny problem: a study that would finish in a second if let run.
 TINY = """
     problems: [{neurons: 1024, layers: 2, inputs: 20}]
@@ -197,26 +194,18 @@ def test_ctrl_c_in_a_study_is_one_line_that_says_how_to_go_on(tmp_path):
           - {strategy: data, partition: [block, hash]}
     """)
     results = tmp_path / "r"
-    proc = subprocess.Popen([sys.executable, "-m", "sdnn_dask", "study", str(path),
-                             "--results", str(results), "-q"], env=ENV,
-                            start_new_session=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 180
-        while len(records.recorded_keys(results)) < 2:
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the study recorded no run in time"
-            time.sleep(0.05)
-        workers = [c for c in psutil.Process(proc.pid).children()
-                   if "spawn_main" in " ".join(c.cmdline())]
-        assert len(workers) == 2  # they get the signal too, as from a terminal
-        os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-    assert proc.returncode == 130
+    seen: list[int] = []
+
+    def two_recorded(proc) -> bool:
+        if len(records.recorded_keys(results)) < 2:
+            return False
+        seen.append(len(spawned_workers(proc.pid)))  # they get the signal too
+        return True
+
+    code, err = interrupt(["study", str(path), "--results", str(results), "-q"],
+                          two_recorded, waiting="the study recorded no run in time")
+    assert seen == [2]
+    assert code == 130
     recorded = len(records.recorded_keys(results))
     assert err == (f"interrupted; {recorded} of the 150 runs are recorded in {results}/: go "
                    "on with --resume\n")

@@ -94,13 +94,6 @@ class Groups:
                                  for o in others)]
         self.members[int(rep)] = np.sort(np.concatenate(parts))
 
-    def counts(self, reps: np.ndarray) -> np.ndarray:
-        """How many rows each of ``reps`` stands for."""
-        if not self.members:
-            return np.ones(len(reps), np.int64)
-        return np.array([len(self.members[int(r)]) if int(r) in self.members else 1
-                         for r in reps], np.int64)
-
     def expand(self, reps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Every row ``reps`` stand for, sorted, and for each the position in ``reps`` of
         its representative."""
@@ -111,11 +104,6 @@ class Groups:
         source = np.repeat(np.arange(len(reps)), [len(i) for i in ids])
         order = np.argsort(rows, kind="stable")
         return rows[order], source[order]
-
-    def drop(self, reps: np.ndarray) -> None:
-        """Forget representatives that died (their rows died with them)."""
-        for r in reps:
-            self.members.pop(int(r), None)
 
 
 def duplicates(hashes: np.ndarray, same: Callable[[int, np.ndarray], np.ndarray]
