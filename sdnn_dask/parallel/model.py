@@ -73,13 +73,17 @@ from .placement import keep_on
 from .slabs import (
     PART_TRACE_COLUMNS,
     PartPlan,
+    PartRows,
     Slab,
     assemble,
+    dedup_enabled,
+    drop_rows,
     make_part_plans,
     part_layer_step,
     piece_for,
     warm_up_parts,
 )
+from .slabs.shared_rows import agreed, labelled_rows
 from .slabs.slice_checks import SliceDamagedError, StaleSlicesWarning, read_slices_index
 from .slabs.sliced_plans import SlicedPartPlan, open_part, open_parts, part_resident_bytes
 from .slabs.slices import discard_slices, slices_volume, write_part_slices
@@ -111,10 +115,16 @@ def _send(plan: PartPlan, layer: int, slab: Slab, destinations: list[int]) -> Sl
     return piece_for(plan.layers[layer - 1], destinations, slab)
 
 
-def _step(plan: PartPlan, layer: int, own_prev: Slab, sources: list[int], *pieces: Slab
-          ) -> Slab:
+def _step(plan: PartPlan, layer: int, own_prev: Slab, sources: list[int], *pieces: Slab,
+          shared: PartRows | None = None) -> Slab:
     """On the part's worker: one layer of one part."""
-    return part_layer_step(plan, layer, own_prev, dict(zip(sources, pieces, strict=True)))
+    return part_layer_step(plan, layer, own_prev, dict(zip(sources, pieces, strict=True)),
+                           shared.weights if shared is not None and shared.groups else None)
+
+
+def _drop(slab: Slab, shared: PartRows) -> Slab:
+    """On the part's worker: its slab without the rows a look merged away."""
+    return drop_rows(slab, shared.dropped)
 
 
 _KEY = re.compile(r"-g(\d+)-l(\d+)-(\d+)to(\d+)(?:\+\d+)*$")
@@ -290,6 +300,7 @@ class ModelParallelExecutor(Executor):
         epsilon: float = 0.03,
         cache: bool | str | None = True,
         transport: str = "direct",
+        dedup: bool | None = None,
     ) -> RunResult:
         """Infer ``inputs`` with every layer's neurons split into ``k`` parts.
 
@@ -314,6 +325,10 @@ class ModelParallelExecutor(Executor):
             ``"direct"`` (default): one long-running task per part, pieces sent worker
             to worker (:mod:`sdnn_dask.parallel.transport.direct`); ``"graph"``: one Dask task per
             part and layer, every exchange scheduled by Dask (its cost stays measurable).
+        dedup
+            Compute identical rows once (default ``sdnn.kernel.dedup``): each group's
+            parts agree on them (:mod:`sdnn_dask.parallel.slabs.shared_rows`) and only
+            representatives are computed and exchanged; the same bits either way.
 
         Returns
         -------
@@ -335,8 +350,9 @@ class ModelParallelExecutor(Executor):
         part = self.partition(partition, k, seed=seed, nbuckets=nbuckets, epsilon=epsilon,
                               cache=cache)
         groups = make_row_partition(row_partition, y.shape[0], row_groups, seed=seed).blocks()
+        settings = (row_partition, seed, transport, dedup_enabled(dedup))
         try:
-            return self._run(y, part, groups, row_groups, row_partition, seed, transport)
+            return self._run(y, part, groups, row_groups, *settings)
         except SliceDamagedError as error:
             if not self.streamed or self.slices is None:
                 raise
@@ -347,10 +363,11 @@ class ModelParallelExecutor(Executor):
                           StaleSlicesWarning, stacklevel=2)
             self._placed = {}
             discard_slices(self.slices)
-            return self._run(y, part, groups, row_groups, row_partition, seed, transport)
+            return self._run(y, part, groups, row_groups, *settings)
 
     def _run(self, y: sp.csr_matrix, part: NeuronPartition, groups: list[np.ndarray],
-             row_groups: int, row_partition: str, seed: int, transport: str) -> RunResult:
+             row_groups: int, row_partition: str, seed: int, transport: str, dedup: bool
+             ) -> RunResult:
         """One run of :meth:`run`, its arguments checked."""
         n, k = self.network.n_neurons, part.k
         token = uuid.uuid4().hex[:12]
@@ -383,21 +400,28 @@ class ModelParallelExecutor(Executor):
             connect_peers(self.client, sorted(used))
             start = time.perf_counter()
             outputs = self._run_direct(plans, plan_futures, slab_futures, workers,
-                                       len(groups), token, strategy, used)
+                                       [len(g) if dedup else 0 for g in groups], token,
+                                       strategy, used)
             wall = time.perf_counter() - start
             finals = [out["slab"] for out in outputs]
             messages = pd.DataFrame([m for out in outputs for m in out["messages"]],
                                     columns=MESSAGE_COLUMNS)
             timing = [out["timing"] for out in outputs]
+            shared = [outputs[g * k]["groups"] for g in range(len(groups))]
         else:
             widen_transfer_logs(self.client)
-            graph = self._graph(plans, plan_futures, slab_futures, workers, len(groups),
-                                token)
+            graph, shared = self._graph(plans, plan_futures, slab_futures, workers,
+                                        [len(g) if dedup else 0 for g in groups], token)
             start = time.perf_counter()
-            futures = self.client.compute(graph, optimize_graph=False)
+            looked = [s for s in shared if s is not None and not isinstance(s, PartRows)]
+            futures = self.client.compute([*graph, *looked], optimize_graph=False)
             try:
                 # not client.gather: a task pinned to a dead worker would wait forever
                 finals = gather_pinned(self.client, futures, used, strategy=strategy)
+                found = iter(finals[len(graph):])
+                finals = finals[:len(graph)]
+                shared = [None if s is None else (s if isinstance(s, PartRows)
+                                                  else next(found)).groups for s in shared]
             except WorkerLostError:
                 self._placed = {}  # plans died with the worker: place them again next run
                 raise
@@ -410,11 +434,12 @@ class ModelParallelExecutor(Executor):
         parts_out = []
         for g, rows in enumerate(groups):
             slabs = finals[g * k:(g + 1) * k]
-            output = output + assemble(slabs, own_last, (y.shape[0], n), row_ids=rows)
+            output = output + assemble(slabs, own_last, (y.shape[0], n), row_ids=rows,
+                                       groups=shared[g])
             parts_out += [(g, p, s) for p, s in enumerate(slabs)]
         result = self._result(y.shape[0], as_csr32(output), wall, part, row_groups,
                               row_partition, groups, parts_out, workers, messages, timing,
-                              seed, transport)
+                              seed, transport, dedup)
         if store_use is not None:
             result.blocks = result.blocks.merge(store_use, on=["worker", "part"], how="left")
             result.params["weights"] = "+".join(sorted({m for m, _ in self.part_weights}))
@@ -439,9 +464,11 @@ class ModelParallelExecutor(Executor):
 
     def _run_direct(self, plans: list[PartPlan], plan_futures: dict[tuple[int, str], Future],
                     slab_futures: dict[tuple[int, int], Future], workers: list[str],
-                    n_groups: int, token: str, strategy: str, used: set[str]
+                    dedup: list[int], token: str, strategy: str, used: set[str]
                     ) -> list[dict[str, Any]]:
-        """Submit one long-running task per (group, part) and gather them."""
+        """Submit one long-running task per (group, part) and gather them (``dedup[g]``:
+        the rows of group ``g`` where identical rows are computed once, else 0)."""
+        n_groups = len(dedup)
         k = len(plans)
         slots = {(g, p): self._slot(workers, g, p, k) for g in range(n_groups)
                  for p in range(k)}
@@ -454,7 +481,8 @@ class ModelParallelExecutor(Executor):
                     run_part, plan_futures[p, route[p]], slab_futures[g, p], token=token,
                     group=g,
                     route=route, expected=hosted[route[p]], n_layers=self.network.n_layers,
-                    strategy=strategy, key=f"part-{token}-g{g}-p{p}", workers=[route[p]],
+                    strategy=strategy, dedup=dedup[g], key=f"part-{token}-g{g}-p{p}",
+                    workers=[route[p]],
                     allow_other_workers=False, pure=False))
         try:
             return gather_direct(self.client, futures, used, token=token, strategy=strategy)
@@ -478,13 +506,20 @@ class ModelParallelExecutor(Executor):
 
     def _graph(self, plans: list[PartPlan], plan_futures: dict[tuple[int, str], Future],
                slab_futures: dict[tuple[int, int], Future], workers: list[str],
-               n_groups: int, token: str) -> list[Any]:
-        """Delayed tasks of every layer, each pinned to its part's worker."""
-        k = len(plans)
-        finals = []
-        for g in range(n_groups):
+               dedup: list[int], token: str) -> tuple[list[Any], list[Any]]:
+        """Delayed tasks of every layer, each pinned to its part's worker, and each
+        group's last :class:`~.slabs.PartRows` (``None`` where ``dedup[g]`` is 0: see
+        :meth:`_run_direct`); looks for identical rows follow :meth:`PartRows.due`
+        without its shortcut (the graph is built before anything runs)."""
+        k, n_layers = len(plans), self.network.n_layers
+        finals, last_shared = [], []
+        for g in range(len(dedup)):
+            def pinned(p: int, g: int = g) -> Any:
+                return dask.annotate(workers=[self._slot(workers, g, p, k)],
+                                     allow_other_workers=False)
             current: list[Any] = [slab_futures[g, p] for p in range(k)]
-            for layer in range(1, self.network.n_layers + 1):
+            shared: Any = PartRows(dedup[g]) if dedup[g] else None
+            for layer in range(1, n_layers + 1):
                 # what each source sends, once per other worker that hosts readers
                 provided: dict[tuple[int, int], Any] = {}
                 for q, plan in enumerate(plans):
@@ -498,7 +533,7 @@ class ModelParallelExecutor(Executor):
                                 provided[q, p] = current[q]
                             continue
                         name = "+".join(map(str, parts))
-                        with dask.annotate(workers=[here], allow_other_workers=False):
+                        with pinned(q):
                             piece = dask.delayed(_send, pure=False)(
                                 plan_futures[q, here], layer, current[q], parts,
                                 dask_key_name=f"send-{token}-g{g}-l{layer}-{q}to{name}")
@@ -507,21 +542,35 @@ class ModelParallelExecutor(Executor):
                 nxt = []
                 for p, plan in enumerate(plans):
                     sources = plan.sources(layer)
-                    there = self._slot(workers, g, p, k)
-                    with dask.annotate(workers=[there], allow_other_workers=False):
+                    with pinned(p):
                         nxt.append(dask.delayed(_step, pure=False)(
-                            plan_futures[p, there], layer, current[p], sources,
-                            *[provided[q, p] for q in sources],
+                            plan_futures[p, self._slot(workers, g, p, k)], layer, current[p],
+                            sources, *[provided[q, p] for q in sources], shared=shared,
                             dask_key_name=f"step-{token}-g{g}-l{layer}-p{p}"))
+                if dedup[g] and PartRows(dedup[g]).due(layer, n_layers):
+                    labels = []
+                    for p in range(k):
+                        with pinned(p):
+                            labels.append(dask.delayed(labelled_rows, pure=False)(
+                                nxt[p], dask_key_name=f"labels-{token}-g{g}-l{layer}-p{p}"))
+                    with pinned(0):
+                        shared = dask.delayed(agreed, pure=False)(
+                            shared, *labels, dask_key_name=f"agree-{token}-g{g}-l{layer}")
+                    for p in range(k):
+                        with pinned(p):
+                            nxt[p] = dask.delayed(_drop, pure=False)(
+                                nxt[p], shared, dask_key_name=f"drop-{token}-g{g}-l{layer}-p{p}")
                 current = nxt
             finals += current
-        return finals
+            last_shared.append(shared)
+        return finals, last_shared
 
     def _result(self, n_inputs: int, output: sp.csr_matrix, wall: float,
                 part: NeuronPartition, row_groups: int, row_partition: str,
                 groups: list[np.ndarray], parts_out: list[tuple[int, int, Slab]],
                 workers: list[str], messages: pd.DataFrame,
-                timing: list[list[tuple]] | None, seed: int, transport: str) -> RunResult:
+                timing: list[list[tuple]] | None, seed: int, transport: str, dedup: bool
+                ) -> RunResult:
         k = part.k
         blocks, layers = [], []
         for i, (g, p, slab) in enumerate(parts_out):
@@ -569,7 +618,7 @@ class ModelParallelExecutor(Executor):
                     layers.groupby("layer")[column].sum())
         # columns_in sums over groups: every group exchanges the partition's volume
         params: dict[str, Any] = {"k": k, "row_groups": row_groups, "transport": transport,
-                                  **part.params}
+                                  "dedup": dedup, **part.params}
         if row_groups > 1:
             params["row_partition"] = row_partition
             if row_partition == "random":

@@ -67,6 +67,24 @@ def hash_csr(indptr, indices, data):  # pragma: no cover - compiled
     return out
 
 
+@numba.njit(nogil=True, cache=True)
+def hash_block_csc(starts, indices, data, n_rows):  # pragma: no cover - compiled
+    """A hash of each row of a column-major block layout (``starts[b, j]..starts[b, j+1]``
+    index the nonzeros of column ``j`` in block ``b``; ``indices`` are row positions),
+    equal to :func:`hash_csr` of the same row: every block's columns are visited in
+    increasing order, so each row's nonzeros mix in column order."""
+    bits = data.view(np.uint32)
+    out = np.full(n_rows, np.uint64(0xCBF29CE484222325), np.uint64)
+    for b in range(starts.shape[0]):
+        for j in range(starts.shape[1] - 1):
+            for p in range(starts[b, j], starts[b, j + 1]):
+                v = bits[p]
+                if v != 0 and v != np.uint32(0x80000000):
+                    r = indices[p]
+                    out[r] = _mix(_mix(out[r], np.uint64(j)), np.uint64(v))
+    return out
+
+
 @dataclass
 class Groups:
     """Which rows a representative stands for (rows never merged stand for themselves).
@@ -172,7 +190,7 @@ class DedupPolicy:
 
 
 @numba.njit(nogil=True, cache=True)
-def _equal_columns(tile, columns, vector):  # pragma: no cover - compiled
+def equal_columns(tile, columns, vector):  # pragma: no cover - compiled
     """Whether each of ``tile``'s ``columns`` equals ``vector`` (values)."""
     out = np.ones(columns.shape[0], np.bool_)
     for i in range(columns.shape[0]):
@@ -185,7 +203,7 @@ def _equal_columns(tile, columns, vector):  # pragma: no cover - compiled
 
 
 @numba.njit(nogil=True, cache=True)
-def _equal_rows(indptr, indices, data, rows, vector, vector_nnz):  # pragma: no cover
+def equal_rows(indptr, indices, data, rows, vector, vector_nnz):  # pragma: no cover
     """Whether each of the CSR ``rows`` equals the dense ``vector`` (values), which has
     ``vector_nnz`` nonzeros."""
     out = np.zeros(rows.shape[0], np.bool_)
@@ -238,9 +256,9 @@ def merge_duplicates(chunks: list[Chunk], groups: Groups, n: int, pool: BufferPo
             rows = local[candidates[mine]]
             chunk = chunks[c]
             if chunk.dense_t is not None:
-                out[mine] = _equal_columns(chunk.dense_t, rows, vector)
+                out[mine] = equal_columns(chunk.dense_t, rows, vector)
             else:
-                out[mine] = _equal_rows(chunk.csr.indptr, chunk.csr.indices, chunk.csr.data,
+                out[mine] = equal_rows(chunk.csr.indptr, chunk.csr.indices, chunk.csr.data,
                                         rows, vector, nonzeros)
         return out
 

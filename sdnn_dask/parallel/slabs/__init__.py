@@ -10,11 +10,14 @@
   others (:func:`~.plans.piece_for`);
 * :mod:`.step`: the per-part layer step (:func:`~.step.part_layer_step`), every part in one
   process (:func:`~.step.forward_parts`), joining the parts' last slabs
-  (:func:`~.step.assemble`) and the warm-up.
+  (:func:`~.step.assemble`) and the warm-up;
+* :mod:`.shared_rows`: identical rows computed once, the parts agreeing on the groups
+  (:class:`~.shared_rows.PartRows`).
 """
 
 from .layout import BLOCK_ROWS, PART_TRACE_COLUMNS, BlockCSC, Slab, take_columns
 from .plans import LayerPlan, PartPlan, make_part_plans, piece_for
+from .shared_rows import PartRows, dedup_enabled, drop_rows, label_rows
 from .step import assemble, forward_parts, part_layer_step, warm_up_parts
 
 __all__ = [
@@ -23,9 +26,13 @@ __all__ = [
     "BlockCSC",
     "LayerPlan",
     "PartPlan",
+    "PartRows",
     "Slab",
     "assemble",
+    "dedup_enabled",
+    "drop_rows",
     "forward_parts",
+    "label_rows",
     "make_part_plans",
     "part_layer_step",
     "piece_for",

@@ -29,7 +29,7 @@ from .tiles import tile_to_blocks
 #: Per-layer trace of one part: what each tuple of :attr:`Slab.trace` holds.
 PART_TRACE_COLUMNS = [
     "layer", "mode", "rows_in", "rows_out", "nnz_out", "seconds",
-    "columns_in", "pieces_in", "nnz_in", "rows_received",
+    "columns_in", "pieces_in", "nnz_in", "rows_received", "distinct_out",
 ]
 
 #: Rows per block of a :class:`BlockCSC` made from row-major input or cut from a tile:
@@ -170,6 +170,13 @@ class Slab:
             column, row = np.nonzero(self.tile)
             return row, column, self.tile[column, row]
         return self.blocks.tocoo()
+
+    def row_nnz(self) -> np.ndarray:
+        """Nonzeros of each row."""
+        if self.tile is not None:
+            return np.count_nonzero(self.tile, axis=0)
+        v = self.blocks
+        return np.bincount(v.indices[v.data != 0], minlength=len(self.rows))
 
     def to_csr(self) -> sp.csr_matrix:
         """The values as a ``len(rows) x columns`` float32 CSR."""

@@ -21,10 +21,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from ...core.kernels import ROW_TILE, SETUP_ROWS, sparse_step
+from ...core.kernels.dedup import Groups
 from ...core.network import Network, as_csr32
 from ...partition.neurons import NeuronPartition
 from .layout import BLOCK_ROWS, BlockCSC, Slab, blocks_rows_used, csr_to_blocks, tile_rows_used
 from .plans import PartPlan, make_part_plans, piece_for
+from .shared_rows import PartRows, dedup_enabled, drop_rows, label_rows
 from .tiles import dense_layer, padded
 
 
@@ -208,7 +210,7 @@ def _gather_csr(starts, bounds, idxs, vals, poss, same, dense, srcs, tiles, n_in
 
 
 def part_layer_step(plan: PartPlan, layer: int, own_prev: Slab,
-                    received: dict[int, Slab]) -> Slab:
+                    received: dict[int, Slab], weights: np.ndarray | None = None) -> Slab:
     """Run ``layer`` (1-based) on one part.
 
     Parameters
@@ -223,6 +225,10 @@ def part_layer_step(plan: PartPlan, layer: int, own_prev: Slab,
         Source part -> what it provided: its whole level ``layer - 1`` slab (a part on the
         same worker), the piece it cut for this part, or a labelled piece it cut for
         several parts on this worker (:func:`piece_for`).
+    weights
+        Row id -> rows it stands for, where identical rows are computed once
+        (:class:`~.shared_rows.PartRows`): the trace's live rows and nonzeros count
+        every row a computed one stands for, ``distinct_out`` the rows computed.
 
     Returns
     -------
@@ -253,7 +259,7 @@ def part_layer_step(plan: PartPlan, layer: int, own_prev: Slab,
     live = [s for s in inputs if s.nnz]
     if not live or n_out == 0:
         trace = [*own_prev.trace, (layer, "none", 0, 0, 0, time.perf_counter() - start,
-                                   *stats)]
+                                   *stats, 0)]
         return Slab.empty(n_out, trace)
     rows, positions = _union_rows(live)
     n_rows = len(rows)
@@ -291,19 +297,29 @@ def part_layer_step(plan: PartPlan, layer: int, own_prev: Slab,
         starts, indices, data, bounds = csr_to_blocks(op, oi, ox, n_out, BLOCK_ROWS)
         out = Slab(rows[kept], blocks=BlockCSC(indices, data, starts, bounds))
         mode = "sparse"
-    out.trace = [*own_prev.trace, (layer, mode, n_rows, len(out.rows), out.nnz,
-                                   time.perf_counter() - start, *stats)]
+    seconds = time.perf_counter() - start
+    rows_in, rows_out, nnz_out = n_rows, len(out.rows), out.nnz
+    if weights is not None:  # identical rows computed once: count every row they stand for
+        rows_in = int(weights[rows].sum())
+        out_weights = weights[out.rows]
+        rows_out = int(out_weights.sum())
+        nnz_out = int(out.row_nnz() @ out_weights)
+    out.trace = [*own_prev.trace, (layer, mode, rows_in, rows_out, nnz_out, seconds, *stats,
+                                   len(out.rows))]
     return out
 
 
 def forward_parts(network: Network, partition: NeuronPartition,
                   inputs: sp.spmatrix | sp.sparray, *, dense_threshold: float | None = None,
-                  chunk_bytes: int | None = None) -> tuple[sp.csr_matrix, list[Slab]]:
+                  chunk_bytes: int | None = None, dedup: bool | None = None
+                  ) -> tuple[sp.csr_matrix, list[Slab]]:
     """Model parallelism in one process: every part, layer by layer, no Dask.
 
     The executor's reference for what each part computes; also handy for debugging a
-    partition. Returns the ``rows x N`` output (original neuron order) and every part's
-    last slab (with its trace).
+    partition. With ``dedup`` (default ``sdnn.kernel.dedup``) the parts look for
+    identical rows as the executor's do (:class:`~.shared_rows.PartRows`). Returns the
+    ``rows x N`` output (original neuron order) and every part's last slab (with its
+    trace).
     """
     y = as_csr32(inputs)
     if y.shape[1] != network.n_neurons:
@@ -312,27 +328,44 @@ def forward_parts(network: Network, partition: NeuronPartition,
     plans = make_part_plans(network, partition, dense_threshold=dense_threshold,
                             chunk_bytes=chunk_bytes)
     slabs = [Slab.from_rows(y, plan.inputs) for plan in plans]
-    for layer in range(1, network.n_layers + 1):
+    shared = PartRows(y.shape[0]) if dedup_enabled(dedup) else None
+    n_layers = network.n_layers
+    for layer in range(1, n_layers + 1):
+        weights = shared.weights if shared is not None and shared.groups else None
         slabs = [
             part_layer_step(plan, layer, slabs[p], {
                 q: piece_for(plans[q].layers[layer - 1], [p], slabs[q])
-                for q in plan.sources(layer)})
+                for q in plan.sources(layer)}, weights)
             for p, plan in enumerate(plans)
         ]
-    return assemble(slabs, [plan.layers[-1].own for plan in plans], y.shape), slabs
+        if shared is not None and shared.due(layer, n_layers):
+            labelled = [(s.rows, label_rows(s)) for s in slabs]
+            merges = shared.agree(labelled)
+            slabs = [drop_rows(s, merges) for s in slabs]
+    groups = shared.groups if shared is not None else None
+    return assemble(slabs, [plan.layers[-1].own for plan in plans], y.shape,
+                    groups=groups), slabs
 
 
 def assemble(slabs: list[Slab], columns: list[np.ndarray], shape: tuple[int, int],
-             row_ids: np.ndarray | None = None) -> sp.csr_matrix:
+             row_ids: np.ndarray | None = None, groups: Groups | None = None
+             ) -> sp.csr_matrix:
     """Join the parts' last slabs into one ``shape`` CSR in the original neuron order.
 
     ``columns[p]`` are the global ids of part ``p``'s columns; ``row_ids`` maps slab rows
-    to output rows (identity when omitted).
+    to output rows (identity when omitted); ``groups`` says which rows each slab row
+    stands for, where identical rows were computed once.
     """
     r, c, v = [], [], []
     for slab, cols in zip(slabs, columns, strict=True):
         row, col, data = slab.coo()
-        rows = slab.rows[row]
+        rows = slab.rows
+        if groups:  # every row a computed one stands for gets its values
+            rows, source = groups.expand(rows)
+            coo = sp.csr_matrix((data, (row, col)),
+                                shape=(len(slab.rows), len(cols)))[source].tocoo()
+            row, col, data = coo.row, coo.col, coo.data
+        rows = rows[row]
         r.append(rows if row_ids is None else row_ids[rows])
         c.append(cols[col])
         v.append(data)

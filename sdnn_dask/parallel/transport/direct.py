@@ -38,7 +38,7 @@ from distributed import Client, Future, wait
 
 from ... import config
 from ..faults import WorkerLostError, connected
-from ..slabs import PartPlan, Slab, part_layer_step, piece_for
+from ..slabs import PartPlan, PartRows, Slab, drop_rows, label_rows, part_layer_step, piece_for
 from .exchange import (
     EXTENSION,
     Arrived,
@@ -138,7 +138,7 @@ def active_runs(client: Client) -> dict[str, list[str]]:
 
 
 def run_part(plan: PartPlan, slab: Slab, *, token: str, group: int, route: list[str],
-             expected: int, n_layers: int, strategy: str = "model",
+             expected: int, n_layers: int, strategy: str = "model", dedup: int = 0,
              poll: float = POLL_SECONDS, timeout: float = PIECE_TIMEOUT) -> dict[str, Any]:
     """Run every layer of one part of one row group (a task on the part's worker).
 
@@ -154,17 +154,23 @@ def run_part(plan: PartPlan, slab: Slab, *, token: str, group: int, route: list[
         Parts of this run (all groups) hosted on this worker.
     n_layers
         Layers to run.
+    dedup
+        The rows of the group where identical rows are computed once (its parts send
+        each other their row labels when :meth:`~sdnn_dask.parallel.slabs.PartRows.due`
+        says, as messages of layer ``-layer``); 0 computes every row.
 
     Returns
     -------
     dict
         ``slab`` (the last level, with the part's trace), ``timing`` (tuples of
-        :data:`TIMING_COLUMNS`), ``messages`` (tuples of :data:`MESSAGE_COLUMNS`).
+        :data:`TIMING_COLUMNS`), ``messages`` (tuples of :data:`MESSAGE_COLUMNS`),
+        ``groups`` (the rows each computed row stands for, or ``None``).
     """
     part = plan.part
     timing: list[tuple] = []
     sent: list[list[Any]] = []
     checked = 0
+    shared = PartRows(dedup) if dedup else None
     with joined_run(token, expected=expected, peers=route, strategy=strategy,
                     label=f"part {part} of group {group}",
                     cancelled=f"{strategy} run {token}: part {part} of group {group} "
@@ -205,11 +211,48 @@ def run_part(plan: PartPlan, slab: Slab, *, token: str, group: int, route: list[
             t0 = time.perf_counter()
             received = {q: unpack(v) for q, v in got.items()}
             deserialise = time.perf_counter() - t0
-            slab = part_layer_step(plan, layer, slab, received)
+            slab = part_layer_step(plan, layer, slab, received,
+                                   shared.weights if shared and shared.groups else None)
             timing.append((layer, waited, send, serialise, deserialise, transit))
+            if shared is not None and shared.due(layer, n_layers):
+                labelled = _swap_labels(joined, plan, slab, group, layer, route, sent,
+                                        poll=poll, timeout=timeout)
+                slab = drop_rows(slab, shared.agree(labelled))
         for record in sent:  # every piece written: the bytes the comm reported
             record[-1] = record[-1].result(timeout=timeout)
-    return {"slab": slab, "timing": timing, "messages": [tuple(r) for r in sent]}
+    return {"slab": slab, "timing": timing, "messages": [tuple(r) for r in sent],
+            "groups": None if shared is None else shared.groups}
+
+
+def _swap_labels(joined: Any, plan: PartPlan, slab: Slab, group: int, layer: int,
+                 route: list[str], sent: list[list[Any]], *, poll: float, timeout: float
+                 ) -> list[tuple[Any, Any]]:
+    """Send this part's row labels (:func:`~sdnn_dask.parallel.slabs.label_rows`) to
+    every other part of its group, and return every part's, in part order: the look
+    after ``layer``, its messages recorded in ``sent`` under layer ``-layer``."""
+    part, token, here = plan.part, joined.run.token, joined.here
+    mine = (slab.rows, label_rows(slab))
+    others: dict[str, list[int]] = {}
+    for p, where in enumerate(route):
+        if p != part:
+            others.setdefault(where, []).append(p)
+    for where, parts in others.items():
+        if where == here:
+            joined.run.put(group, -layer, parts, part, mine)
+            continue
+        payload, frame_bytes = pack(mine)
+        msg = {"op": "piece", "token": token, "group": group, "layer": -layer,
+               "source": part, "parts": parts, "payload": payload, "sent": time.time(),
+               "reply": False}
+        sent.append([group, -layer, part, tuple(parts), here, where,
+                     mine[0].nbytes + mine[1].nbytes, frame_bytes,
+                     joined.exchange.send(where, msg)])
+    got = wait_pieces(joined.run, (group, -layer, part),
+                      [p for p in range(len(route)) if p != part], alive=joined.alive,
+                      poll=poll, timeout=timeout)
+    labelled = {q: unpack(v) for q, v in got.items()}
+    labelled[part] = mine
+    return [labelled[q] for q in sorted(labelled)]
 
 
 def check_run(client: Client, futures: list[Future], workers: set[str], *, token: str,
