@@ -159,8 +159,9 @@ class Runner:
         self._say_part_weights(executor)
         return result
 
-    def _warm_up(self, spec: RunSpec) -> None:
-        key = (spec.strategy == "data", spec.workers, spec.transport)
+    def _warm_up(self, spec: RunSpec, dedup: bool) -> None:
+        # once per executor and setting of dedup (its code paths compile on first use)
+        key = (spec.strategy == "data", spec.workers, spec.transport, dedup)
         if not self.warm_up or spec.strategy in SERIAL_STRATEGIES or key in self._warm:
             return
         if is_streamed(self.problem.network):  # a warm-up would read the store once more
@@ -174,8 +175,8 @@ class Runner:
         """Run ``spec`` (after its executor's warm-up), check it, make its records."""
         self.check(spec)
         with dask.config.set(_kernel_config(spec)):  # read on the client by every executor
-            self._warm_up(spec)
             kernel = KernelSettings.resolve()  # what the tasks get: read here, on the client
+            self._warm_up(spec, kernel.dedup)
             result = self.execute(spec)
         check, against, diff = verify(result, self.problem.reference(), self.problem.truth)
         spec_ = self.problem.spec
@@ -197,4 +198,6 @@ def _kernel_config(spec: RunSpec) -> dict[str, Any]:
         out["sdnn.kernel.dense-threshold"] = spec.dense_threshold
     if spec.chunk_bytes is not None:
         out["sdnn.kernel.chunk-bytes"] = spec.chunk_bytes
+    if spec.dedup is not None:  # model/hybrid read it on the client too (dedup=None)
+        out["sdnn.kernel.dedup"] = spec.dedup
     return out

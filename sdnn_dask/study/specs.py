@@ -58,6 +58,10 @@ class RunSpec:
     dense_threshold, chunk_bytes
         Kernel settings of this run (default: ``sdnn.kernel.*`` when it runs), e.g.
         ``dense_threshold=2`` for a kernel that never takes the dense step.
+    dedup
+        Compute identical live rows once (``sdnn.kernel.dedup`` for this run; default:
+        the configuration's own when it runs). Every strategy but ``reference`` takes it;
+        ``dedup=[true, false]`` in a study runs both side by side.
     placement
         Data parallelism: ``static`` (default; block b pinned to worker b mod P, one block
         per worker by default) or ``dynamic`` (blocks handed to workers as they free up).
@@ -82,6 +86,7 @@ class RunSpec:
     chunk_bytes: int | None = None
     placement: str | None = None
     merge: bool | None = None
+    dedup: bool | None = None
 
     def __post_init__(self) -> None:
         # Defaults filled in, fields that do not apply cleared: equal runs, equal keys.
@@ -114,6 +119,11 @@ class RunSpec:
                                  or self.chunk_bytes is not None):
             raise StudyError("dense_threshold and chunk_bytes are the compiled kernel's; "
                              "the reference recurrence has none")
+        if self.dedup is not None and not isinstance(self.dedup, bool):
+            raise StudyError(f"dedup must be true or false, got {self.dedup!r}")
+        if s == "reference" and self.dedup is not None:
+            raise StudyError("dedup is the compiled kernel's (identical rows computed "
+                             "once); the reference recurrence computes every row")
         if self.epsilon is not None and not (isinstance(self.epsilon, int | float)
                                              and 0 <= self.epsilon < float("inf")):
             raise StudyError(f"epsilon must be a number >= 0, got {self.epsilon!r}")
@@ -168,8 +178,15 @@ class RunSpec:
             fix(self, "seed", 0)
 
     def key(self) -> str:
-        """A short stable id of the configuration (its normalised fields, hashed)."""
-        return digest(dataclasses.asdict(self))
+        """A short stable id of the configuration (its normalised fields, hashed).
+
+        ``dedup`` unset is left out, so the keys of runs recorded before it existed stay
+        what they were (a study from then resumes); set, it is part of the key.
+        """
+        fields = dataclasses.asdict(self)
+        if fields["dedup"] is None:
+            del fields["dedup"]
+        return digest(fields)
 
     @property
     def label(self) -> str:
@@ -189,6 +206,8 @@ class RunSpec:
         extra += [f"{name}={getattr(self, name)}" for name in ("dense_threshold",
                                                                "chunk_bytes")
                   if getattr(self, name) is not None]
+        if self.dedup is not None:
+            extra.append(f"dedup={'on' if self.dedup else 'off'}")
         if self.strategy == "hybrid":
             extra.append(f"R={self.row_groups}")
         return " ".join(words + extra)

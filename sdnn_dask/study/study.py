@@ -65,6 +65,7 @@ class Study:
           - {strategy: data, partition: [block, hash, random], workers: [1, 2]}
           - {strategy: model, partition: [block, hypergraph], transport: [direct, graph]}
           - {strategy: hybrid, partition: block, row_groups: 2, parts: 2}
+          - {strategy: [kernel, data], dedup: [true, false]}   # identical rows once, or not
 
     Relative ``data``, ``inputs_file`` and ``truth`` paths are relative to the study file.
     Every combination of a problem with a run entry's values is a :class:`RunSpec`;
