@@ -143,14 +143,15 @@ def test_write_report_from_real_records(study, tmp_path):
     written = html_report.write_report(folder, runs, layers, title="tiny study")
     names = [p.name for p in written]
     assert names[-2:] == ["summary.md", "report.html"]
-    for stem in ("rate", "blocks", "survivors", "layer-time", "communication"):
+    for stem in ("rate", "blocks", "survivors", "distinct-rows", "layer-time",
+                 "communication"):
         for net in ("radixnet-1024-12-s0-600", "radixnet-1024-6-s0-600"):
             assert f"{stem}-{net}.png" in names
     assert all(p.is_file() and p.parent == folder for p in written)
     assert not list(folder.glob(".*.tmp"))  # atomic writes leave nothing behind
     page = (folder / "report.html").read_text()
     embedded = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
-    assert len(embedded) == 10
+    assert len(embedded) == 12
     files = {(folder / n).read_bytes() for n in names if n.endswith(".png")}
     assert {base64.b64decode(e) for e in embedded} == files
     assert page.count('<table class="comparison">') == 2
@@ -439,7 +440,7 @@ def test_report_renders_in_a_browser(study, tmp_path):
     text = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "data:", page)
     assert not re.search(r"https?:|//[a-z]|url\(|@import|<link|<script|<iframe", text, re.I)
     sources = re.findall(r'src="([^"]*)"', page)
-    assert len(sources) == 11 and all(s.startswith("data:image/png;base64,")
+    assert len(sources) == 13 and all(s.startswith("data:image/png;base64,")
                                       for s in sources)
     assert all(h.startswith("#") for h in re.findall(r'href="([^"]*)"', page))
     # the probe sees a broken image, and a truncated one
@@ -448,7 +449,7 @@ def test_report_renders_in_a_browser(study, tmp_path):
                      for b in (whole[:40], whole[:-30], whole))
     assert _probe(chromium, f"<html><body>{broken}</body></html>", tmp_path,
                   "broken") == (3, 1)
-    assert _probe(chromium, page, tmp_path, "probe") == (11, 11)
+    assert _probe(chromium, page, tmp_path, "probe") == (13, 13)
     dom = _browse(chromium, folder / "report.html", tmp_path / "profile-dom", "--dump-dom")
     assert dom.count('<table class="comparison">') == 2 and "<table class=\"projection\">" in dom
     assert dom.count('<td class="check pass">PASS</td>') == 18

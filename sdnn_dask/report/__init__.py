@@ -22,6 +22,7 @@ from .layers import (
     block_times,
     communication,
     communication_series,
+    distinct_rows,
     layer_profile,
     layer_times,
 )
@@ -77,6 +78,7 @@ __all__ = [
     "comparison",
     "count",
     "describe",
+    "distinct_rows",
     "failures",
     "format_cell",
     "headline",

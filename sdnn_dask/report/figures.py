@@ -358,6 +358,65 @@ def communication_figure(series: pd.DataFrame, *, title: str = "") -> Figure | N
     return fig
 
 
+def distinct_figure(table: pd.DataFrame, *, title: str = "") -> Figure | None:
+    """Live rows against distinct rows after each layer, log y axis (``table``: one
+    problem's :func:`sdnn_dask.report.layers.distinct_rows`).
+
+    Live rows are solid; runs whose live rows are the same in every layer (as they are,
+    dedup or not) share one line. Each configuration's distinct rows (those computed) are
+    dashed (dedup on) or dotted (off), coloured by configuration; ``(= live)`` in the
+    legend where nothing was merged. ``None`` when ``table`` is empty.
+    """
+    if table.empty:
+        return None
+    from matplotlib import colormaps
+
+    fig = _figure(10, 4.8)
+    ax = fig.subplots()
+    configs = [(label, rows.sort_values("layer")) for label, rows in
+               table.groupby("series", sort=False)]
+
+    def positive(values: pd.Series) -> np.ndarray:
+        out = values.to_numpy(dtype=float)
+        return np.where(out > 0, out, np.nan)  # no row left: nothing on a log axis
+
+    live: list[tuple[list[str], pd.DataFrame]] = []
+    for label, rows in configs:
+        for names, first in live:
+            if (len(first) == len(rows)
+                    and (first["layer"].to_numpy() == rows["layer"].to_numpy()).all()
+                    and (first["rows_out"].to_numpy(float)
+                         == rows["rows_out"].to_numpy(float)).all()):
+                names.append(str(label))
+                break
+        else:
+            live.append(([str(label)], rows))
+    for i, (names, rows) in enumerate(live):
+        which = " (every run)" if len(live) == 1 else f" ({'; '.join(names)})"
+        ax.plot(rows["layer"].astype(int), positive(rows["rows_out"]),
+                color=["#000000", "#7f7f7f"][i % 2], linewidth=2.6, alpha=0.8,
+                label="live rows" + which)
+    palette = colormaps["tab10"]
+    every = max(1, table["layer"].nunique() // 10)
+    for i, (label, rows) in enumerate(configs):
+        merged = (rows["distinct_out"].to_numpy(float) < rows["rows_out"].to_numpy(float))
+        off = str(rows["dedup"].iloc[0]) == "off"
+        ax.plot(rows["layer"].astype(int), positive(rows["distinct_out"]),
+                color=palette(i % 10), linestyle=":" if off else "--", linewidth=1.6,
+                marker=MARKERS.get(str(rows["partition"].iloc[0]), "o"), markersize=5,
+                markevery=(i % every, every),
+                label=f"distinct rows: {label}" + ("" if merged.any() else " (= live)"))
+    ax.set_yscale("log")
+    ax.set_xlabel("layer")
+    ax.set_ylabel("rows after the layer")
+    ax.grid(True, which="both", alpha=0.3)
+    if table["layer"].nunique() <= 30:
+        _integer_ticks(ax, table["layer"])
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    fig.suptitle("Live and distinct rows per layer (kernel and data runs)" + title)
+    return fig
+
+
 def projection_figure(projection: pd.DataFrame, *, title: str = "") -> Figure | None:
     """Projected against measured seconds, log-log, with the y = x line; held-out points
     (not used to fit the projection) drawn as large hollow markers (``projection``:
@@ -413,6 +472,7 @@ __all__ = [
     "EXTRA_HINT",
     "block_time_figure",
     "communication_figure",
+    "distinct_figure",
     "layer_time_figure",
     "png_bytes",
     "projection_figure",

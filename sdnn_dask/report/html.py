@@ -25,7 +25,14 @@ import pandas as pd
 from ..files import atomic_path, write_text_atomic
 from ..formatting import format_cell
 from . import figures
-from .layers import block_times, communication, communication_series, layer_profile, layer_times
+from .layers import (
+    block_times,
+    communication,
+    communication_series,
+    distinct_rows,
+    layer_profile,
+    layer_times,
+)
 from .memory import MEMORY_COLUMNS, MEMORY_NOTES, memory_headline, memory_table
 from .summary import (
     COLUMN_NOTES,
@@ -50,10 +57,10 @@ HEADERS = {
     "projected_s": "projected (s)", "error_pct": "error", "held_out": "held out",
     "weights": "weights", "row_groups": "row groups", "weight_gb": "weights a worker (GB)",
     "peak_gb": "peak a worker (GB)", "read_gb": "store read a worker (GB)",
-    "read_share": "of the store a worker", "gb_moved": "GB moved",
+    "read_share": "of the store a worker", "gb_moved": "GB moved", "dedup": "dedup",
 }
 _TEXT_COLUMNS = {"strategy", "partition", "row_partition", "transport", "check", "network",
-                 "held_out", "weights"}
+                 "held_out", "weights", "dedup"}
 
 
 @dataclass
@@ -134,6 +141,7 @@ def build(runs: pd.DataFrame, layers: pd.DataFrame, *,
     profile = layer_profile(runs, layers)
     times = layer_times(runs, layers)
     series = communication_series(communication(runs, layers))
+    distinct = distinct_rows(runs, layers)
     sections = []
     per_worker = memory_table(runs)
     for (network, inputs), rows in problems(cmp):
@@ -145,7 +153,7 @@ def build(runs: pd.DataFrame, layers: pd.DataFrame, *,
         layers_n = int(rows["layers"].iloc[0])
         mine = {name: _rows_of(frame, network, inputs) for name, frame in
                 (("blocks", blocks), ("profile", profile), ("times", times),
-                 ("series", series))}
+                 ("series", series), ("distinct", distinct))}
         specs = [
             ("rate", "Inference rate against workers",
              "Edges per second (median over repeats) against the number of Dask workers, one "
@@ -173,6 +181,15 @@ def build(runs: pd.DataFrame, layers: pd.DataFrame, *,
              f"Rows with any nonzero activation, and nonzeros, after each of the {layers_n} "
              "layers: how fast the work shrinks.",
              figures.survivors_figure, mine["profile"]),
+            ("distinct-rows", "Live rows against distinct rows, per layer",
+             "Per layer, every live row (solid) against the rows actually computed once "
+             "identical rows are merged (dashed: dedup on; dotted: off), log scale. Serial "
+             "kernel and data-parallel runs only, summed over a run's row blocks (a model "
+             "or hybrid part counts a row in every part it is nonzero in); median over "
+             "repeats. Without deduplication the two are equal. Data parallelism merges "
+             "only rows computed together (a block, or a worker's merged blocks), so it "
+             "may compute more distinct rows than the serial kernel.",
+             figures.distinct_figure, mine["distinct"]),
             ("layer-time", "Where a part's time goes, per layer",
              "Per layer, a part's compute (its step), waiting for the pieces it reads, "
              "sending its own (cut, serialise, queue) and deserialising what it received: "
@@ -464,7 +481,8 @@ def write_report(folder: Path, runs: pd.DataFrame, layers: pd.DataFrame, *,
     """Write ``report.html``, ``summary.md`` and the plots' PNG files into ``folder``.
 
     Every file is written through a temporary file renamed into place. The PNGs are
-    ``rate.png``, ``blocks.png``, ``survivors.png``, ``layer-time.png``,
+    ``rate.png``, ``blocks.png``, ``survivors.png``, ``distinct-rows.png``,
+    ``layer-time.png``,
     ``communication.png`` (those with something to draw) and ``projection.png``; with
     several problems in the study each takes the suffix ``-<network>-<inputs>``. Without
     matplotlib only ``report.html`` and ``summary.md`` are written (the page says why).

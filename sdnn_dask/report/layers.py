@@ -17,6 +17,7 @@ from .tables import (
     SERIAL,
     STRATEGY_ORDER,
     TRANSPORT_ORDER,
+    count,
     latest_runs,
     latest_study,
     named_problems,
@@ -26,7 +27,10 @@ from .tables import (
 
 #: What identifies a model/hybrid configuration's per-layer series (with ``partition``).
 SERIES = ["network", "inputs", "strategy", "row_partition", "transport", "workers", "parts",
-          "row_groups"]
+          "row_groups", "dedup"]
+#: What identifies a serial kernel or data-parallel configuration in :func:`distinct_rows`.
+DISTINCT_KEYS = ["network", "inputs", "strategy", "partition", "workers", "blocks",
+                 "placement", "merge_blocks", "dedup"]
 
 
 def _layer_frame(layers: pd.DataFrame) -> pd.DataFrame:
@@ -154,6 +158,64 @@ def layer_profile(records: pd.DataFrame, layers: pd.DataFrame) -> pd.DataFrame:
     if not out:
         return pd.DataFrame(columns=columns)
     return pd.concat(out, ignore_index=True)[columns]
+
+
+def distinct_rows(records: pd.DataFrame, layers: pd.DataFrame) -> pd.DataFrame:
+    """Live rows against the distinct rows computed, after each layer, per serial kernel
+    and data-parallel configuration of the latest study.
+
+    A run's ``rows_out`` (every live row) and ``distinct_out`` (the rows computed once
+    identical rows are merged: ``rows_out`` where nothing was) are summed over its row
+    blocks (a row lives in one block), then the median over repeats is taken. Model and
+    hybrid runs are left out (a part counts a row in every part it is nonzero in), and so
+    are runs recorded without ``distinct_out`` (before it was counted).
+
+    Returns
+    -------
+    pandas.DataFrame
+        :data:`DISTINCT_KEYS`, ``series`` (the configuration in words, e.g. ``data hash,
+        2 w, dedup off``), ``layer, rows_out, distinct_out``; sorted serial first, then
+        by partition, workers and blocks, ``on`` before ``off``. Empty without such runs.
+    """
+    columns = [*DISTINCT_KEYS, "series", "layer", "rows_out", "distinct_out"]
+    table = latest_runs(records)
+    runs = table[table["strategy"].astype(str).isin(["kernel", "data"])]
+    layers = _layer_frame(layers)
+    mine = layers[layers["run_id"].isin(runs["run_id"])]
+    counted = mine.groupby("run_id")["distinct_out"].agg(lambda d: bool(d.notna().all()))
+    mine = mine[mine["run_id"].map(counted).astype(bool)] if len(mine) else mine
+    if mine.empty:
+        return pd.DataFrame(columns=columns)
+    per_run = (mine.groupby(["run_id", "layer"], as_index=False)[["rows_out", "distinct_out"]]
+               .sum().merge(runs[["run_id", *DISTINCT_KEYS]], on="run_id"))
+    out = (per_run.groupby([*DISTINCT_KEYS, "layer"], sort=False, dropna=False)
+           [["rows_out", "distinct_out"]].median().reset_index())
+    keys = pd.DataFrame({
+        "n": out["network"].astype(str), "i": out["inputs"],
+        "s": rank(out["strategy"], STRATEGY_ORDER), "p": rank(out["partition"],
+                                                              PARTITION_ORDER),
+        "w": out["workers"], "b": out["blocks"], "pl": out["placement"].astype(str),
+        "m": out["merge_blocks"].astype(str), "d": rank(out["dedup"], ("on", "off", "")),
+        "l": out["layer"]}, index=out.index)
+    out = out.loc[keys.sort_values(list(keys.columns), kind="stable").index]
+    out["series"] = [_distinct_label(row) for _, row in out.iterrows()]
+    return out.reset_index(drop=True)[columns]
+
+
+def _distinct_label(row: pd.Series) -> str:
+    """``kernel, dedup on`` or ``data hash, 2 w, 8 blocks, dynamic, dedup off``."""
+    words = ["kernel"]
+    if str(row["strategy"]) == "data":
+        words = [f"data {row['partition']}", f"{count(row['workers'])} w"]
+        if count(row["blocks"]) != count(row["workers"]):
+            words.append(f"{count(row['blocks'])} blocks")
+        if str(row["placement"]) == "dynamic":
+            words.append("dynamic")
+        if str(row["merge_blocks"]) == "alone":
+            words.append("alone")
+    if str(row["dedup"]):
+        words.append(f"dedup {row['dedup']}")
+    return ", ".join(words)
 
 
 #: The per-layer time components of a direct-transport part (layer records' columns).

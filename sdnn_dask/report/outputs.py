@@ -144,8 +144,8 @@ def write_report_files(folder: Path, runs: pd.DataFrame, layers: pd.DataFrame,
 
 #: The report's plot files: ``<stem>.png`` or ``<stem>-<network>-<inputs>.png``
 #: (``comparison.png``: written by earlier versions).
-PLOT_STEMS = ("rate", "blocks", "imbalance", "survivors", "layer-time", "communication",
-              "projection", "comparison")
+PLOT_STEMS = ("rate", "blocks", "imbalance", "survivors", "distinct-rows", "layer-time",
+              "communication", "projection", "comparison")
 
 
 def remove_stale_plots(folder: Path, written: list[str]) -> list[Path]:

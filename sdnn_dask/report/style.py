@@ -43,10 +43,11 @@ def series_style(strategy: str, partition: str, transport: str = "") -> dict:
 
 
 def config_title(row: pd.Series | dict) -> str:
-    """A model/hybrid/data configuration (:data:`SERIES`) as a short panel title."""
+    """A model/hybrid/data configuration (:data:`SERIES`) as a short panel title (``dedup
+    off`` in it when identical rows were not merged)."""
     strategy = str(row["strategy"])
     workers = count(row["workers"])
-    w = f"{workers} worker{'s' if workers != '1' else ''}"
+    w = f"{workers} worker{'s' if workers != '1' else ''}{_dedup_off(row)}"
     if strategy == "data":
         extra = ""
         if "blocks" in row and count(row["blocks"]) != workers:
@@ -65,12 +66,18 @@ def config_title(row: pd.Series | dict) -> str:
 
 def short_title(config: dict, partition: str) -> str:
     """``model block, k=2`` or ``hybrid hash, 2 x 2`` (transport and workers are left to
-    the figure's title)."""
+    the figure's title; ``dedup off`` said as in :func:`config_title`)."""
     strategy = str(config["strategy"])
     if strategy == "hybrid":
         return (f"hybrid {partition}, {count(config['row_groups'])} row groups x "
-                f"{count(config['parts'])} parts")
-    return f"{strategy} {partition}, k={count(config['parts'])}"
+                f"{count(config['parts'])} parts{_dedup_off(config)}")
+    return f"{strategy} {partition}, k={count(config['parts'])}{_dedup_off(config)}"
+
+
+def _dedup_off(row: pd.Series | dict) -> str:
+    """``, dedup off`` for a configuration that computed every row (on, the default, and
+    records from before the setting go unsaid)."""
+    return ", dedup off" if str(row.get("dedup", "")) == "off" else ""
 
 
 def dodge(strategy: str, partition: str, transport: str) -> float:

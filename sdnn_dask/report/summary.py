@@ -30,7 +30,7 @@ from .tables import (
 #: The comparison columns the reports show, in order.
 SHOWN = ["strategy", "partition", "row_partition", "transport", "placement",
          "merge_blocks", "weights", "workers",
-         "blocks", "parts", "dense_threshold", "chunk_bytes", "repeats", "seconds",
+         "blocks", "parts", "dense_threshold", "chunk_bytes", "dedup", "repeats", "seconds",
          "edges_per_s", "speedup", "vs_kernel", "vs_data", "imbalance", "survivor_imbalance",
          "mb_moved", "predicted_volume", "check"]
 
@@ -60,6 +60,8 @@ COLUMN_NOTES = {
     "dense_threshold": "the kernel's dense-step threshold for this run (shown when runs "
                        "differ in it; above 1: never dense)",
     "chunk_bytes": "the kernel's dense tile size for this run (shown when runs differ)",
+    "dedup": "on: identical live rows computed once (sdnn.kernel.dedup), off: every row "
+             "computed; shown when runs differ",
     "placement": "data parallelism: static (block b pinned to worker b mod P) or dynamic "
                  "(blocks handed to workers as they free up); shown when runs differ",
     "merge_blocks": "data parallelism: merged (a worker's blocks share tiles after their "
@@ -71,7 +73,7 @@ COLUMN_NOTES = {
                       "the layers: the work actually done) over the blocks",
 }
 #: Columns shown only when configurations differ in them (else they are the defaults).
-SHOWN_WHEN_VARYING = ("dense_threshold", "chunk_bytes", "placement", "merge_blocks",
+SHOWN_WHEN_VARYING = ("dense_threshold", "chunk_bytes", "dedup", "placement", "merge_blocks",
                       "weights")
 
 

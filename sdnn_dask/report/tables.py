@@ -24,7 +24,7 @@ from ..records import RUN_DTYPES, RUN_LEVEL, typed
 #: What identifies a configuration: repeats of one configuration are pooled.
 CONFIG = ["network", "inputs", "strategy", "partition", "row_partition", "transport",
           "workers", "blocks", "parts", "row_groups", "seed", "nbuckets", "epsilon",
-          "dense_threshold", "chunk_bytes", "placement", "merge_blocks", "weights"]
+          "dense_threshold", "chunk_bytes", "dedup", "placement", "merge_blocks", "weights"]
 #: What identifies a problem: the ratios of :func:`comparison` stay within one.
 PROBLEM = ["network", "inputs"]
 #: The order strategies and partitions are listed and drawn in.
@@ -188,10 +188,12 @@ def count(value: object) -> str:
 
 def describe(row: Mapping) -> str:
     """A configuration in words, e.g. ``hash, 2 workers`` or ``block, k=2, direct, 2 workers``
-    (the strategy itself is left to the caller, except for the serial ones)."""
+    (the strategy itself is left to the caller, except for the serial ones); ``, dedup off``
+    at the end when identical rows were not merged (on, the default, goes unsaid)."""
     strategy = str(row["strategy"])
+    off = ", dedup off" if str(row.get("dedup", "")) == "off" else ""
     if strategy in SERIAL:
-        return f"serial {strategy}"
+        return f"serial {strategy}{off}"
     workers = count(row["workers"])
     words = [str(row["partition"])]
     if strategy == "data":
@@ -208,7 +210,7 @@ def describe(row: Mapping) -> str:
         if str(row["transport"]):
             words.append(str(row["transport"]))
     words.append(f"{workers} worker{'s' if workers != '1' else ''}")
-    return ", ".join(words)
+    return ", ".join(words) + off
 
 
 _FAMILY = {"data": "data parallelism", "model": "model parallelism", "hybrid": "the hybrid",
@@ -257,7 +259,8 @@ def headline(cmp: pd.DataFrame) -> str:
 
     fastest = ok.loc[ok["seconds"].idxmin()]
     who = _FAMILY.get(str(fastest["strategy"]), str(fastest["strategy"]))
-    label = "" if fastest["strategy"] in SERIAL else f" ({describe(fastest)})"
+    label = (f" ({describe(fastest)})" if fastest["strategy"] not in SERIAL
+             else " (dedup off)" if str(fastest.get("dedup", "")) == "off" else "")
     bits = versus(fastest)
     sentences.append(f"{who[0].upper()}{who[1:]}{label} is fastest: "
                      f"{fastest['edges_per_s']:.3g} edges/s"
