@@ -5,10 +5,17 @@ from __future__ import annotations
 
 import dask
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.sparse as sp
 
-from sdnn_dask.core.kernels import KernelSettings, forward_block, forward_blocks, stream_blocks
+from sdnn_dask.core.kernels import (
+    KernelSettings,
+    finish_blocks,
+    forward_block,
+    forward_blocks,
+    stream_blocks,
+)
 from sdnn_dask.core.kernels.dedup import Groups, duplicates, hash_csr, hash_dense_t
 from sdnn_dask.core.network import Network
 from sdnn_dask.data.radixnet import make_inputs, make_network
@@ -195,3 +202,34 @@ def test_the_command_line_switch_is_recorded(tmp_path, capsys, flag, word):
                                                       "run_id"])]
     merged = (kernel["distinct_out"] < kernel["rows_out"]).any()
     assert merged == (word == "on")
+
+
+def test_streamed_passes_join_for_the_deep_layers():
+    """Rows in passes (a streamed network's way): each pass stops once few rows are left
+    and the passes' survivors go on together; the same bits and counts, block by block,
+    as every block run alone without deduplication, with or without it here."""
+    net = make_network(1024, 30, seed=5)
+    x = make_inputs(2000, 1024, seed=5)
+    blocks = [x[:700], x[700:1300], x[1300:]]
+    alone = forward_blocks(net, blocks, OFF)
+    for settings in (ON, OFF):
+        streamed = stream_blocks(net, blocks, settings, pass_rows=450)
+        for a, b in zip(streamed, alone, strict=True):
+            assert_bitwise(a.to_csr(), b.to_csr())
+            assert a.trace[COUNTED].equals(b.trace[COUNTED])
+    merged = pd.concat([o.trace for o in stream_blocks(net, blocks, ON, pass_rows=450)])
+    assert (merged["distinct_out"] < merged["rows_out"]).any()
+
+
+def test_early_layers_stop_when_few_rows_are_left():
+    from sdnn_dask.core.kernels.forward import run_early_layers
+
+    net = make_network(1024, 30, seed=5)
+    x = make_inputs(600, 1024, seed=5)
+    states = run_early_layers(net, [x[:250], x[250:]], ON, stop_rows=100)
+    live = sum(len(c.live) for s in states for c in s.chunks)
+    assert live <= 100 and 0 < states[0].layer == states[1].layer < 30
+    out = finish_blocks(net, states, ON)
+    alone = forward_blocks(net, [x[:250], x[250:]], OFF)
+    for a, b in zip(out, alone, strict=True):
+        assert_bitwise(a.to_csr(), b.to_csr())

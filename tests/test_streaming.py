@@ -395,7 +395,7 @@ def test_rows_stream_in_passes_with_the_same_outputs(held, net, inputs, pass_row
 def test_the_default_pass_is_set_in_bytes(held):
     import dask
 
-    from sdnn_dask.core.kernels.forward import default_pass_rows
+    from sdnn_dask.core.kernels.passes import default_pass_rows
 
     with dask.config.set({"sdnn.store.pass-bytes": 8 * N * 5000}):
         assert default_pass_rows(StreamedNetwork(held)) == 5000

@@ -34,7 +34,8 @@ from typing import Any
 import scipy.sparse as sp
 
 from .. import config
-from ..core.kernels import InputOrder, input_order
+from ..core.kernels import InputOrder
+from ..core.kernels.steps import LazyInputOrder
 from .store import NetworkStore, open_store, writable_array
 
 __all__ = ["StreamedNetwork", "bytes_read", "resident_bytes"]
@@ -149,8 +150,9 @@ class StreamedNetwork:
         :func:`resident_bytes`)."""
         return resident_bytes(self.store, self.n_layers)
 
-    def kernel_layers(self) -> Iterator[tuple[sp.csr_matrix, None, InputOrder]]:
-        """Each layer's ``(W, None, input order)``, in order, as the kernel needs them.
+    def kernel_layers(self, start: int = 0) -> Iterator[tuple[sp.csr_matrix, None, InputOrder]]:
+        """Each layer's ``(W, None, input order)``, in order, as the kernel needs them,
+        from layer ``start + 1`` on (``start`` layers already done).
 
         No transpose: the kernel's dense step then walks ``W`` itself
         (:func:`~sdnn_dask.core.kernels.dense_step_w`), visiting the inputs in an order that
@@ -179,12 +181,12 @@ class StreamedNetwork:
             ahead = k + self.window + READ_AHEAD
             if ahead <= self.n_layers:  # the disk reads on while these are prepared
                 self.store.read_ahead(ahead)
-            return w, None, input_order(w)
+            return w, None, LazyInputOrder(w)  # the dense step alone needs it
 
         with ThreadPoolExecutor(2, thread_name_prefix="sdnn-stream") as pool:
-            ahead = deque(pool.submit(prepare, k)
-                          for k in range(1, min(self.window, self.n_layers) + 1))
-            following = len(ahead) + 1
+            ahead = deque(pool.submit(prepare, k) for k in
+                          range(start + 1, min(start + self.window, self.n_layers) + 1))
+            following = start + len(ahead) + 1
             try:
                 while ahead:
                     layer = ahead.popleft().result()

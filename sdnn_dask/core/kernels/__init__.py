@@ -6,7 +6,8 @@
   layer at a time and repacked as rows die, in buffers of a :class:`~.chunks.BufferPool`;
 * :mod:`.forward`: the drivers of blocks through all layers (:func:`~.forward.forward_block`,
   :func:`~.forward.start_block` and :func:`~.forward.finish_blocks`,
-  :func:`~.forward.stream_blocks`), their settings and outputs, and the warm-up.
+  :func:`~.passes.stream_blocks`), their settings and outputs, and the warm-up;
+* :mod:`.passes`: a streamed network's rows in passes, the deep layers read once.
 """
 
 from .forward import (
@@ -19,9 +20,9 @@ from .forward import (
     forward_block,
     forward_blocks,
     start_block,
-    stream_blocks,
     warm_up_kernels,
 )
+from .passes import stream_blocks
 from .steps import (
     ROW_TILE,
     SETUP_ROWS,

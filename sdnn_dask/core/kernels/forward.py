@@ -3,8 +3,9 @@
 :func:`forward_block` drives a whole block through all layers, and :func:`forward_blocks`
 several blocks at once, as a worker does: :func:`start_block` runs a block's early layers
 alone, chunk by chunk, and :func:`finish_blocks` runs the survivors of many blocks together
-in full chunks (:mod:`.chunks`). :func:`stream_blocks` runs every block layer by layer
-instead, for a network streamed from a store. :class:`KernelSettings` holds the knobs.
+in full chunks (:mod:`.chunks`). :func:`~.passes.stream_blocks` runs every block layer by
+layer instead, for a network streamed from a store, with :func:`run_early_layers`.
+:class:`KernelSettings` holds the knobs.
 
 Rows that die (all zero) are compacted away after every layer, so later layers only touch
 the survivors: for 1024-120 on the official inputs about 3% of the rows are left after
@@ -106,7 +107,7 @@ class KernelSettings:
             chunk_bytes = config.get("kernel.chunk-bytes")
             min_rows = int(config.get("kernel.chunk-min-rows") or 1)
         if dedup is None:
-            dedup = config.get("kernel.dedup", False)
+            dedup = config.get("kernel.dedup", True)
         return cls(float(dense_threshold), int(chunk_bytes), max(1, min_rows), bool(dedup))
 
     def chunk_rows(self, n_neurons: int) -> int:
@@ -245,86 +246,50 @@ def begin_block(network: Network, inputs: sp.csr_matrix | sp.sparray,
                       np.zeros(n_layers, np.uint8), chunk_rows)
 
 
-def stream_blocks(network: Network, blocks: list[sp.csr_matrix | sp.sparray],
-                  settings: KernelSettings | None = None, *,
-                  pass_rows: int | None = None) -> list[BlockOutput]:
-    """Run blocks through ``network`` layer by layer: every block's rows through layer 1,
-    then all through layer 2, and so on, so each layer is read once.
-
-    The way to run a network streamed from a store
-    (:class:`~sdnn_dask.data.streaming.StreamedNetwork`), which yields its layers once, in
-    order; on a network in memory it equals :func:`forward_block` on each block row for
-    row (to float rounding: a chunk may take the other path), and is slower, since early
-    layers then hold every chunk's tile at once instead of one chunk's at a time.
-
-    Every row's activations are held through a layer, so a streamed network runs the rows
-    in passes of at most ``pass_rows`` (default :func:`default_pass_rows`: about
-    ``sdnn.store.pass-bytes`` of activations), each reading the layers again; the outputs
-    are the same as in one pass.
-    """
-    settings = settings or KernelSettings.resolve()
-    if pass_rows is None:
-        pass_rows = default_pass_rows(network)
-    passes = _passes([int(b.shape[0]) for b in blocks], pass_rows)
-    if len(passes) <= 1:
-        return finish_blocks(network, [begin_block(network, b, settings) for b in blocks],
-                             settings)
-    pieces: list[list[tuple[int, BlockOutput]]] = [[] for _ in blocks]
-    for one_pass in passes:  # each pass streams the layers again (from the page cache)
-        cut = [blocks[b][start:stop] for b, start, stop in one_pass]
-        outs = finish_blocks(network, [begin_block(network, c, settings) for c in cut],
-                             settings)
-        for (b, start, _), out in zip(one_pass, outs, strict=True):
-            pieces[b].append((start, out))
-    return [_joined(parts, int(block.shape[0]), network.n_neurons)
-            for parts, block in zip(pieces, blocks, strict=True)]
-
-
-def default_pass_rows(network: Any) -> int | None:
-    """Rows a pass over a streamed network takes at most: ``sdnn.store.pass-bytes`` over
-    ``8 N`` bytes a row (its activations and the next layer's, half dense), at least
-    1024; ``None`` (one pass) for a network in memory."""
-    if not hasattr(network, "kernel_layers"):
-        return None
-    return max(1024, int(float(config.get("store.pass-bytes")) // (8 * network.n_neurons)))
-
-
-def _passes(sizes: list[int], pass_rows: int | None) -> list[list[tuple[int, int, int]]]:
-    """Consecutive ``(block, start, stop)`` row ranges of the blocks, ``pass_rows`` rows
-    a pass at most (one pass if ``None``)."""
-    if pass_rows is None or sum(sizes) <= pass_rows:
-        return [[(b, 0, n) for b, n in enumerate(sizes)]]
-    passes, current, room = [], [], pass_rows
-    for b, n in enumerate(sizes):
-        start = 0
-        while start < n or (n == 0 and start == 0):
-            take = min(room, n - start)
-            current.append((b, start, start + take))
-            start += take
-            room -= take
-            if room == 0:
-                passes.append(current)
-                current, room = [], pass_rows
-            if n == 0:
+def run_early_layers(network: Network, blocks: list[sp.csr_matrix | sp.sparray],
+                     settings: KernelSettings, stop_rows: int) -> list[BlockState]:
+    """Blocks run layer by layer, all their rows together, until at most ``stop_rows``
+    are live, or until two layers in a row each leave nearly all they took
+    (:class:`DedupPolicy`'s ``stable``: the rows that are left stay, and identical ones
+    may start to pay), or to the end. For a network streamed from a store: the first
+    layers of a pass of rows (:func:`~.passes.stream_blocks`), so the passes' survivors
+    can go on together (:func:`finish_blocks`), reading the deep layers once."""
+    states = [begin_block(network, b, settings) for b in blocks]
+    chunk_rows, n = states[0].chunk_rows, network.n_neurons
+    offsets = np.cumsum([0] + [s.n_rows for s in states])
+    pool = BufferPool(n * chunk_rows)
+    step = _Stepper(network, settings, pool, chunk_rows, offsets)
+    chunks = []
+    for b, state in enumerate(states):
+        for chunk in state.chunks:
+            chunk.live = chunk.live + offsets[b]
+            chunks.append(chunk)
+    stable, steady, k = DedupPolicy().stable, 0, 0
+    try:
+        while k < step.n_layers and steady < 2:
+            rows_in = sum(len(c.live) for c in chunks)
+            if rows_in <= stop_rows:
                 break
-    if current:
-        passes.append(current)
-    return passes
-
-
-def _joined(parts: list[tuple[int, BlockOutput]], n_rows: int, n: int) -> BlockOutput:
-    """One block's output from the outputs of its row ranges (each starting at a row)."""
-    if len(parts) == 1 and parts[0][0] == 0:
-        return parts[0][1]
-    rows = np.concatenate([start + out.rows for start, out in parts]).astype(np.int64)
-    values = as_csr32(sp.vstack([out.values for _, out in parts], format="csr")) if \
-        rows.size else sp.csr_matrix((0, n), dtype=np.float32)
-    traces = pd.concat([out.trace for _, out in parts], ignore_index=True)
-    trace = traces.groupby("layer", sort=True).agg(
-        mode=("mode", "first"), rows_in=("rows_in", "sum"), rows_out=("rows_out", "sum"),
-        nnz_out=("nnz_out", "sum"), seconds=("seconds", "sum"),
-        distinct_out=("distinct_out", "sum")).reset_index()
-    return BlockOutput(rows, values, n_rows, trace[TRACE_COLUMNS])
+            for chunk in chunks:
+                step.advance(chunk, k)
+            chunks = Chunk.repack_if_half_empty([c for c in chunks if len(c.live)],
+                                                chunk_rows, n, pool)
+            steady = steady + 1 if k and sum(len(c.live) for c in chunks) >= stable * rows_in \
+                else 0
+            k += 1
+    finally:
+        step.close()
+    rows = np.concatenate([c.live for c in chunks]) if chunks else np.empty(0, np.int64)
+    values = (sp.vstack([c.to_csr() for c in chunks], format="csr") if chunks
+              else sp.csr_matrix((0, n), dtype=np.float32))
+    cuts = np.searchsorted(rows, offsets)  # chunks hold increasing, disjoint id runs
+    for b, state in enumerate(states):  # each block's survivors, compact, in its own ids
+        mine = slice(cuts[b], cuts[b + 1])
+        live, y = rows[mine] - offsets[b], as_csr32(values[mine])
+        state.chunks = [Chunk(live[s : s + chunk_rows], csr=y[s : s + chunk_rows])
+                        for s in range(0, len(live), chunk_rows)]
+        state.layer, state.stats, state.modes = k, step.stats[b], step.modes[b]
+    return states
 
 
 def start_block(network: Network, inputs: sp.csr_matrix | sp.sparray,
@@ -387,7 +352,9 @@ def finish_blocks(network: Network, states: list[BlockState],
     n = network.n_neurons
     pool = BufferPool(n * chunk_rows)
     offsets = np.cumsum([0] + [s.n_rows for s in states])
-    step = _Stepper(network, settings, pool, chunk_rows, offsets if len(states) > 1 else None)
+    first = min((s.layer for s in states), default=0)
+    step = _Stepper(network, settings, pool, chunk_rows, offsets if len(states) > 1 else None,
+                    first)
     policy = DedupPolicy() if settings.dedup else None
     for b, state in enumerate(states):  # block-local ids -> ids unique among the blocks
         step.stats[b, : state.layer] = state.stats[: state.layer]
@@ -397,7 +364,7 @@ def finish_blocks(network: Network, states: list[BlockState],
     joining = sorted(range(len(states)), key=lambda b: states[b].layer)
     chunks: list[Chunk] = []
     try:
-        for k in range(min((s.layer for s in states), default=0), step.n_layers):
+        for k in range(first, step.n_layers):
             if joining and states[joining[0]].layer == k:
                 new: list[Chunk] = []
                 while joining and states[joining[0]].layer == k:
@@ -463,8 +430,8 @@ class _Stepper:
     """
 
     def __init__(self, network: Network, settings: KernelSettings, pool: BufferPool,
-                 chunk_rows: int, offsets: np.ndarray | None = None):
-        self.layers = _kernel_layers(network)
+                 chunk_rows: int, offsets: np.ndarray | None = None, start: int = 0):
+        self.layers = _kernel_layers(network, start)
         self.n_layers = network.n_layers
         self.bias, self.ymax = network.bias, np.float32(network.ymax)
         self.threshold = float(settings.dense_threshold)
@@ -551,21 +518,23 @@ class _Stepper:
         self.modes[in_b > 0, k] |= _MODE_BITS[mode]
 
 
-def _kernel_layers(network: Network) -> Any:
+def _kernel_layers(network: Network, start: int = 0) -> Any:
     """Layer ``k``'s ``(W, W^T, output order)`` by index: a list for a network in memory;
-    for one streamed from a store (which has ``kernel_layers()``), read once, in order."""
+    for one streamed from a store (which has ``kernel_layers()``), read once, in order,
+    from layer ``start`` (0-based) on."""
     stream = getattr(network, "kernel_layers", None)
     if stream is None:
         return list(zip(network.layers, network.transposed, network.output_order,
                         strict=True))
-    return _InOrder(stream())
+    return _InOrder(stream(start) if start else stream(), start)
 
 
 class _InOrder:
-    """Items of an iterator by index, each index no smaller than the last asked for."""
+    """Items of an iterator by index, each index no smaller than the last asked for;
+    the iterator's first item is index ``start``."""
 
-    def __init__(self, items: Iterator[Any]):
-        self._items, self._k, self._item = items, -1, None
+    def __init__(self, items: Iterator[Any], start: int = 0):
+        self._items, self._k, self._item = items, start - 1, None
 
     def __getitem__(self, k: int) -> Any:
         while self._k < k:

@@ -257,6 +257,32 @@ class InputOrder(NamedTuple):
     fours: np.ndarray
 
 
+class LazyInputOrder:
+    """:func:`input_order` of ``w``, computed the first time a dense step asks for it: a
+    streamed layer's deep layers run one or a few rows on the sparse step, which needs
+    none (at N = 65536 the order costs more than the step)."""
+
+    __slots__ = ("_computed", "_w")
+
+    def __init__(self, w: sp.csr_matrix):
+        self._w, self._computed = w, None
+
+    def _get(self) -> InputOrder:
+        if self._computed is None:
+            self._computed = input_order(self._w)
+        return self._computed
+
+    @property
+    def order(self) -> np.ndarray:
+        """:attr:`InputOrder.order`."""
+        return self._get().order
+
+    @property
+    def fours(self) -> np.ndarray:
+        """:attr:`InputOrder.fours`."""
+        return self._get().fours
+
+
 def input_order(w: sp.csr_matrix) -> InputOrder:
     """The inputs of ``W`` (CSR) grouped by their columns
     (:func:`~sdnn_dask.core.network.pattern_order`), and where four in a row feed the same

@@ -22,6 +22,7 @@ canonical arrays (bit for bit what a version-1 store of the same layer holds).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -142,6 +143,16 @@ def encode(encoding: LayerEncoding, indptr: np.ndarray, indices: np.ndarray,
             for part, dtype, _ in encoding.files(len(indptr) - 1, len(indices))}
 
 
+@functools.lru_cache(maxsize=4)
+def constant_values(nnz: int, value: float) -> np.ndarray:
+    """``nnz`` copies of ``value`` (float32), one array shared by every layer that asks for
+    the same: a RadiX-Net store's layers all hold one value, and filling 8 MB a layer
+    was a tenth of a streamed deep layer's cost at N = 65536. Writable, as the compiled
+    kernels take their arrays (a read-only one would be copied again for them); shared, so
+    nothing may write it: the kernels only read weights."""
+    return np.full(nnz, value, dtype=np.float32)
+
+
 def decode(encoding: LayerEncoding, files: dict[str, np.ndarray], n_neurons: int, nnz: int
            ) -> dict[str, np.ndarray]:
     """The canonical arrays of a layer from its files (as :meth:`LayerEncoding.files`).
@@ -156,7 +167,7 @@ def decode(encoding: LayerEncoding, files: dict[str, np.ndarray], n_neurons: int
     if indices.dtype != INT32:
         indices = indices.astype(np.int32)
     data = (files["data"] if encoding.data == "file"
-            else np.full(nnz, encoding.value, dtype=np.float32))
+            else constant_values(nnz, encoding.value))
     return {"indptr": indptr, "indices": indices, "data": data}
 
 

@@ -1,0 +1,129 @@
+"""Rows in passes through a network streamed from a store, the deep layers read once.
+
+A streamed network (:class:`~sdnn_dask.data.streaming.StreamedNetwork`) yields its layers
+once, in order, so its rows go through it together, layer by layer; all of them through
+the early layers, where they are many and dense, would not fit in memory, so they go in
+passes of at most ``pass_rows`` rows (:func:`default_pass_rows`). Each pass runs its rows
+only until few are left (:func:`~.forward.run_early_layers`: at most ``pass_rows`` over
+the number of passes); then the survivors of every pass go on together, and the deep
+layers, where identical survivors are computed once and a layer costs little more than
+reading it, are read once instead of once a pass. A pass whose rows stay many runs to the
+end alone, as every pass did before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+from ... import config
+from ..csr import as_csr32
+from ..network import Network
+from .forward import (
+    TRACE_COLUMNS,
+    BlockOutput,
+    KernelSettings,
+    begin_block,
+    finish_blocks,
+    run_early_layers,
+)
+
+
+def stream_blocks(network: Network, blocks: list[sp.csr_matrix | sp.sparray],
+                  settings: KernelSettings | None = None, *,
+                  pass_rows: int | None = None) -> list[BlockOutput]:
+    """Run blocks through ``network`` layer by layer: every block's rows through layer 1,
+    then all through layer 2, and so on, so each layer is read once.
+
+    The way to run a network streamed from a store
+    (:class:`~sdnn_dask.data.streaming.StreamedNetwork`), which yields its layers once, in
+    order; on a network in memory it equals :func:`forward_block` on each block row for
+    row (to float rounding: a chunk may take the other path), and is slower, since early
+    layers then hold every chunk's tile at once instead of one chunk's at a time.
+
+    Every row's activations are held through a layer, so a streamed network runs the rows
+    in passes of at most ``pass_rows`` (default :func:`default_pass_rows`: about
+    ``sdnn.store.pass-bytes`` of activations), each only until at most ``pass_rows`` over
+    the number of passes of its rows are left (:func:`~.forward.run_early_layers`); then
+    the passes' survivors go on together. A pass whose rows stay more runs to the end
+    alone. The outputs are the same as in one pass.
+    """
+    settings = settings or KernelSettings.resolve()
+    if pass_rows is None:
+        pass_rows = default_pass_rows(network)
+    passes = _passes([int(b.shape[0]) for b in blocks], pass_rows)
+    if len(passes) <= 1:
+        return finish_blocks(network, [begin_block(network, b, settings) for b in blocks],
+                             settings)
+    pieces: list[list[tuple[int, BlockOutput]]] = [[] for _ in blocks]
+    stop_rows = max(1, pass_rows // len(passes))
+    together, ranges = [], []
+    for one_pass in passes:  # each pass streams its early layers again (page cache)
+        cut = [blocks[b][start:stop] for b, start, stop in one_pass]
+        states = run_early_layers(network, cut, settings, stop_rows)
+        if sum(len(c.live) for s in states for c in s.chunks) <= stop_rows:
+            together += states
+            ranges += one_pass
+            continue
+        outs = finish_blocks(network, states, settings)  # many rows left: alone
+        for (b, start, _), out in zip(one_pass, outs, strict=True):
+            pieces[b].append((start, out))
+    outs = finish_blocks(network, together, settings) if together else []
+    for (b, start, _), out in zip(ranges, outs, strict=True):  # the deep layers once
+        pieces[b].append((start, out))
+    for parts in pieces:
+        parts.sort(key=lambda part: part[0])
+    return [_joined(parts, int(block.shape[0]), network.n_neurons)
+            for parts, block in zip(pieces, blocks, strict=True)]
+
+
+def default_pass_rows(network: Any) -> int | None:
+    """Rows a pass over a streamed network takes at most: ``sdnn.store.pass-bytes`` over
+    ``8 N`` bytes a row (its activations and the next layer's, half dense), at least
+    1024; ``None`` (one pass) for a network in memory."""
+    if not hasattr(network, "kernel_layers"):
+        return None
+    return max(1024, int(float(config.get("store.pass-bytes")) // (8 * network.n_neurons)))
+
+
+def _passes(sizes: list[int], pass_rows: int | None) -> list[list[tuple[int, int, int]]]:
+    """Consecutive ``(block, start, stop)`` row ranges of the blocks, ``pass_rows`` rows
+    a pass at most (one pass if ``None``)."""
+    if pass_rows is None or sum(sizes) <= pass_rows:
+        return [[(b, 0, n) for b, n in enumerate(sizes)]]
+    passes, current, room = [], [], pass_rows
+    for b, n in enumerate(sizes):
+        start = 0
+        while start < n or (n == 0 and start == 0):
+            take = min(room, n - start)
+            current.append((b, start, start + take))
+            start += take
+            room -= take
+            if room == 0:
+                passes.append(current)
+                current, room = [], pass_rows
+            if n == 0:
+                break
+    if current:
+        passes.append(current)
+    return passes
+
+
+def _joined(parts: list[tuple[int, BlockOutput]], n_rows: int, n: int) -> BlockOutput:
+    """One block's output from the outputs of its row ranges (each starting at a row)."""
+    if len(parts) == 1 and parts[0][0] == 0:
+        return parts[0][1]
+    rows = np.concatenate([start + out.rows for start, out in parts]).astype(np.int64)
+    values = as_csr32(sp.vstack([out.values for _, out in parts], format="csr")) if \
+        rows.size else sp.csr_matrix((0, n), dtype=np.float32)
+    traces = pd.concat([out.trace for _, out in parts], ignore_index=True)
+    trace = traces.groupby("layer", sort=True).agg(
+        mode=("mode", "first"), rows_in=("rows_in", "sum"), rows_out=("rows_out", "sum"),
+        nnz_out=("nnz_out", "sum"), seconds=("seconds", "sum"),
+        distinct_out=("distinct_out", "sum")).reset_index()
+    return BlockOutput(rows, values, n_rows, trace[TRACE_COLUMNS])
+
+
