@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import resource
 import time
 import uuid
@@ -51,7 +50,6 @@ from concurrent.futures import CancelledError
 from pathlib import Path
 from typing import Any
 
-import dask
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
@@ -69,6 +67,7 @@ from ..registry import TRANSPORTS  # "direct" or "graph"
 from .allocator import tune_allocator
 from .base import Executor
 from .faults import WorkerLostError, gather_pinned, place_retrying
+from .model_graph import build_graph, graph_messages
 from .placement import keep_on
 from .slabs import (
     PART_TRACE_COLUMNS,
@@ -77,13 +76,9 @@ from .slabs import (
     Slab,
     assemble,
     dedup_enabled,
-    drop_rows,
     make_part_plans,
-    part_layer_step,
-    piece_for,
     warm_up_parts,
 )
-from .slabs.shared_rows import agreed, labelled_rows
 from .slabs.slice_checks import SliceDamagedError, StaleSlicesWarning, read_slices_index
 from .slabs.sliced_plans import SlicedPartPlan, open_part, open_parts, part_resident_bytes
 from .slabs.slices import discard_slices, slices_volume, write_part_slices
@@ -107,27 +102,6 @@ def _sizeof_slab(slab: Slab) -> int:  # Dask's transfer accounting and memory li
 @sizeof.register(PartPlan)
 def _sizeof_plan(plan: PartPlan) -> int:
     return plan.nbytes
-
-
-def _send(plan: PartPlan, layer: int, slab: Slab, destinations: list[int]) -> Slab:
-    """On the sender's worker: the columns of ``slab`` that the parts ``destinations``
-    (all on one other worker) read in ``layer``, once."""
-    return piece_for(plan.layers[layer - 1], destinations, slab)
-
-
-def _step(plan: PartPlan, layer: int, own_prev: Slab, sources: list[int], *pieces: Slab,
-          shared: PartRows | None = None) -> Slab:
-    """On the part's worker: one layer of one part."""
-    return part_layer_step(plan, layer, own_prev, dict(zip(sources, pieces, strict=True)),
-                           shared.weights if shared is not None and shared.groups else None)
-
-
-def _drop(slab: Slab, shared: PartRows) -> Slab:
-    """On the part's worker: its slab without the rows a look merged away."""
-    return drop_rows(slab, shared.dropped)
-
-
-_KEY = re.compile(r"-g(\d+)-l(\d+)-(\d+)to(\d+)(?:\+\d+)*$")
 
 
 class ModelParallelExecutor(Executor):
@@ -410,8 +384,9 @@ class ModelParallelExecutor(Executor):
             shared = [outputs[g * k]["groups"] for g in range(len(groups))]
         else:
             widen_transfer_logs(self.client)
-            graph, shared = self._graph(plans, plan_futures, slab_futures, workers,
-                                        [len(g) if dedup else 0 for g in groups], token)
+            graph, shared = build_graph(
+                plans, plan_futures, slab_futures, lambda g, p: self._slot(workers, g, p, k),
+                self.network.n_layers, [len(g) if dedup else 0 for g in groups], token)
             start = time.perf_counter()
             looked = [s for s in shared if s is not None and not isinstance(s, PartRows)]
             futures = self.client.compute([*graph, *looked], optimize_graph=False)
@@ -426,7 +401,7 @@ class ModelParallelExecutor(Executor):
                 self._placed = {}  # plans died with the worker: place them again next run
                 raise
             wall = time.perf_counter() - start
-            messages, timing = self._graph_messages(transfers_of(self.client, token)), None
+            messages, timing = graph_messages(transfers_of(self.client, token)), None
 
         store_use = self._store_use(used, before)
         output = sp.csr_matrix((y.shape[0], n), dtype=np.float32)
@@ -436,7 +411,8 @@ class ModelParallelExecutor(Executor):
             slabs = finals[g * k:(g + 1) * k]
             output = output + assemble(slabs, own_last, (y.shape[0], n), row_ids=rows,
                                        groups=shared[g])
-            parts_out += [(g, p, s) for p, s in enumerate(slabs)]
+            parts_out += [(g, p, s, len(shared[g].expand(s.rows)[0]) if shared[g]
+                           else len(s.rows)) for p, s in enumerate(slabs)]
         result = self._result(y.shape[0], as_csr32(output), wall, part, row_groups,
                               row_partition, groups, parts_out, workers, messages, timing,
                               seed, transport, dedup)
@@ -490,90 +466,15 @@ class ModelParallelExecutor(Executor):
             self._placed = {}  # plans died with the worker: place them again next run
             raise
 
-    @staticmethod
-    def _graph_messages(transfers: pd.DataFrame) -> pd.DataFrame:
-        """Dask's transfer log of a graph run as :data:`MESSAGE_COLUMNS` rows."""
-        rows = []
-        for t in transfers.itertuples():
-            m = _KEY.search(t.key)
-            if m is None:
-                continue
-            g, layer, q = (int(x) for x in m.groups()[:3])
-            parts = tuple(int(x) for x in t.key[m.start(4):].split("+"))
-            rows.append((g, layer, q, parts, t.sender, t.receiver, int(t.nbytes),
-                         np.nan, np.nan))
-        return pd.DataFrame(rows, columns=MESSAGE_COLUMNS)
-
-    def _graph(self, plans: list[PartPlan], plan_futures: dict[tuple[int, str], Future],
-               slab_futures: dict[tuple[int, int], Future], workers: list[str],
-               dedup: list[int], token: str) -> tuple[list[Any], list[Any]]:
-        """Delayed tasks of every layer, each pinned to its part's worker, and each
-        group's last :class:`~.slabs.PartRows` (``None`` where ``dedup[g]`` is 0: see
-        :meth:`_run_direct`); looks for identical rows follow :meth:`PartRows.due`
-        without its shortcut (the graph is built before anything runs)."""
-        k, n_layers = len(plans), self.network.n_layers
-        finals, last_shared = [], []
-        for g in range(len(dedup)):
-            def pinned(p: int, g: int = g) -> Any:
-                return dask.annotate(workers=[self._slot(workers, g, p, k)],
-                                     allow_other_workers=False)
-            current: list[Any] = [slab_futures[g, p] for p in range(k)]
-            shared: Any = PartRows(dedup[g]) if dedup[g] else None
-            for layer in range(1, n_layers + 1):
-                # what each source sends, once per other worker that hosts readers
-                provided: dict[tuple[int, int], Any] = {}
-                for q, plan in enumerate(plans):
-                    here = self._slot(workers, g, q, k)
-                    readers: dict[str, list[int]] = {}
-                    for p in plan.destinations(layer):
-                        readers.setdefault(self._slot(workers, g, p, k), []).append(p)
-                    for where, parts in readers.items():
-                        if where == here:  # same worker: the readers take q's slab as is
-                            for p in parts:
-                                provided[q, p] = current[q]
-                            continue
-                        name = "+".join(map(str, parts))
-                        with pinned(q):
-                            piece = dask.delayed(_send, pure=False)(
-                                plan_futures[q, here], layer, current[q], parts,
-                                dask_key_name=f"send-{token}-g{g}-l{layer}-{q}to{name}")
-                        for p in parts:
-                            provided[q, p] = piece
-                nxt = []
-                for p, plan in enumerate(plans):
-                    sources = plan.sources(layer)
-                    with pinned(p):
-                        nxt.append(dask.delayed(_step, pure=False)(
-                            plan_futures[p, self._slot(workers, g, p, k)], layer, current[p],
-                            sources, *[provided[q, p] for q in sources], shared=shared,
-                            dask_key_name=f"step-{token}-g{g}-l{layer}-p{p}"))
-                if dedup[g] and PartRows(dedup[g]).due(layer, n_layers):
-                    labels = []
-                    for p in range(k):
-                        with pinned(p):
-                            labels.append(dask.delayed(labelled_rows, pure=False)(
-                                nxt[p], dask_key_name=f"labels-{token}-g{g}-l{layer}-p{p}"))
-                    with pinned(0):
-                        shared = dask.delayed(agreed, pure=False)(
-                            shared, *labels, dask_key_name=f"agree-{token}-g{g}-l{layer}")
-                    for p in range(k):
-                        with pinned(p):
-                            nxt[p] = dask.delayed(_drop, pure=False)(
-                                nxt[p], shared, dask_key_name=f"drop-{token}-g{g}-l{layer}-p{p}")
-                current = nxt
-            finals += current
-            last_shared.append(shared)
-        return finals, last_shared
-
     def _result(self, n_inputs: int, output: sp.csr_matrix, wall: float,
                 part: NeuronPartition, row_groups: int, row_partition: str,
-                groups: list[np.ndarray], parts_out: list[tuple[int, int, Slab]],
+                groups: list[np.ndarray], parts_out: list[tuple[int, int, Slab, int]],
                 workers: list[str], messages: pd.DataFrame,
                 timing: list[list[tuple]] | None, seed: int, transport: str, dedup: bool
                 ) -> RunResult:
         k = part.k
         blocks, layers = [], []
-        for i, (g, p, slab) in enumerate(parts_out):
+        for i, (g, p, slab, survivors) in enumerate(parts_out):
             block = g * k + p
             trace = pd.DataFrame(slab.trace, columns=PART_TRACE_COLUMNS)
             if timing is not None:  # direct: waiting, sending, (de)serialising
@@ -583,7 +484,7 @@ class ModelParallelExecutor(Executor):
             trace["group"], trace["part"] = g, p
             layers.append(trace)
             row = {"block": block, "worker": self._slot(workers, g, p, k),
-                   "rows": len(groups[g]), "survivors": len(slab.rows),
+                   "rows": len(groups[g]), "survivors": survivors,
                    "compute_s": float(trace["seconds"].sum()), "group": g, "part": p}
             if timing is not None:
                 row["wait_s"] = float(trace["wait_s"].sum())

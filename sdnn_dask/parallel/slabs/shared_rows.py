@@ -182,4 +182,4 @@ def labelled_rows(slab: Slab) -> tuple[np.ndarray, np.ndarray]:
 
 def dedup_enabled(dedup: bool | None = None) -> bool:
     """``dedup``, or ``sdnn.kernel.dedup`` when it is ``None``."""
-    return bool(config.get("kernel.dedup", False) if dedup is None else dedup)
+    return bool(config.get("kernel.dedup", True) if dedup is None else dedup)
