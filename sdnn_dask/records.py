@@ -35,7 +35,7 @@ dense_threshold,    the kernel settings the run's tasks used (``sdnn.kernel.*``,
 chunk_bytes,        the client); ``chunk_min_rows`` is empty in records made before the
 chunk_min_rows      minimum existed (their chunks were ``chunk_bytes`` alone)
 dedup               ``on``/``off``: identical live rows computed once (``sdnn.kernel.dedup``;
-                    serial kernel and data parallelism); empty where it does not apply
+                    every strategy but the scipy reference); empty where it does not apply
 block, worker       this row's block and the worker that ran it
 rows, survivors     input rows of the block, and those nonzero after the last layer (for a
                     part: nonzero in the part's columns)

@@ -143,9 +143,9 @@ def _add_problem_arguments(parser: argparse.ArgumentParser) -> None:
 def _add_kernel_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dedup", action=argparse.BooleanOptionalAction, default=None,
-        help="compute identical live rows once in the serial kernel and data parallelism "
-             "(the same bits; records say which was used); --no-dedup steps every copy, "
-             "as the papers' codes do (default: sdnn.kernel.dedup, off for now)")
+        help="compute identical live rows once, in every strategy (the same bits; records "
+             "say which was used); --no-dedup steps every copy, as the papers' codes do "
+             "(default: sdnn.kernel.dedup, on)")
 
 
 def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
@@ -375,6 +375,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help=argparse.SUPPRESS)
     p.add_argument("--print-only", action="store_true",
                    help="print the summary; write nothing")
+    p.add_argument("--published", action="store_true",
+                   help="also print each size's seconds and edges/s beside the challenge's "
+                        "published figures (GraphBLAS, DistSparseDNN, SNICIT)")
     p.add_argument("--write", action="store_true", help=argparse.SUPPRESS)  # the default now
     p.set_defaults(func=cmd_report)
     return parser
