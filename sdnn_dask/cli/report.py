@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .. import records
 from ..report import outputs, summary_markdown
+from ..report.published import beside_published, format_published
 from .common import all_or_nothing
 
 
@@ -27,4 +28,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             return code
         print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
     print(summary)
+    if args.published:
+        print()
+        print(format_published(beside_published(table)))
     return 0
