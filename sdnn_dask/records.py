@@ -71,8 +71,11 @@ weights             a store's weights: ``resident`` (every worker holds the weig
                     ``resident+streamed`` when parts differ; else empty
 check               ``PASS``/``FAIL``: every activation within float32 rounding of the
                     bounded float64 reference (:mod:`sdnn_dask.core.check`) and, with
-                    ``check_against=truth``, the categories equal to the truth
-check_against       ``truth`` | ``reference``
+                    ``check_against=truth``, the categories equal to the truth; for a
+                    problem with ``check_rows``, on a sample of rows only (and, where
+                    identical rows were computed once, the kernel without it agreeing)
+check_against       ``truth`` | ``reference`` | ``sample`` (the float64 reference of a
+                    sample of the rows: ``check_rows``)
 max_abs_diff        largest difference of any activation from the float64 reference
 versions            ``sdnn_dask, dask, distributed, numpy, scipy, numba, python`` versions
 ==================  =========================================================================

@@ -365,6 +365,17 @@ COMPARE_COLUMNS = ["strategy", "partition", "transport", "workers", "blocks", "p
                    "predicted_volume", "check"]
 
 
+def compare_columns(table: Any, first: Sequence[str] = ()) -> list[str]:
+    """``first`` then :data:`COMPARE_COLUMNS`, with ``dedup`` after ``transport`` where
+    the runs differ in it (a study running both settings side by side)."""
+    columns = [*first, *COMPARE_COLUMNS]
+    settings = {str(v) for v in table["dedup"]} - {"", "nan", "<NA>"} if "dedup" in table \
+        else set()
+    if len(settings) > 1:
+        columns.insert(columns.index("transport") + 1, "dedup")
+    return columns
+
+
 def all_or_nothing(what: str, folder: Path, write: Callable[[], object]) -> int | None:
     """Run a staged write of ``folder``; on Ctrl-C or a failed write, say the folder was
     left as it was and return the exit code (130 or 2); ``None`` when it succeeded."""

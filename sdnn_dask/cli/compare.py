@@ -14,12 +14,12 @@ from ..registry import NEURON_PARTITIONS, ROW_PARTITIONS
 from ..report import outputs
 from ..study import RunSpec, StudyError
 from .common import (
-    COMPARE_COLUMNS,
     Progress,
     UsageError,
     all_or_nothing,
     check_row_groups,
     check_writable_folder,
+    compare_columns,
     exit_code_after_checks,
     load_problem,
     open_client,
@@ -83,7 +83,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         except StudyError as error:
             raise UsageError(str(error)) from error
     print()
-    print(to_text(found.comparison(), COMPARE_COLUMNS))
+    table = found.comparison()
+    print(to_text(table, compare_columns(table)))
     if not args.no_write:
         written: list[Path] = []
         code = all_or_nothing("the results", args.results, lambda: written.extend(

@@ -12,12 +12,12 @@ from .. import records, study
 from ..formatting import to_text
 from ..study import StudyError
 from .common import (
-    COMPARE_COLUMNS,
     DEFAULT_RESULTS,
     Progress,
     UsageError,
     check_workers,
     check_writable_folder,
+    compare_columns,
     exit_code_after_checks,
     is_interrupt,
     open_client,
@@ -69,6 +69,7 @@ def cmd_study(args: argparse.Namespace) -> int:
         print(f"interrupted; {recorded} of the {grid.total} runs are recorded in "
               f"{results}/: go on with --resume", file=sys.stderr)
         return 130
-    print(to_text(found.comparison(), ["network", "inputs", *COMPARE_COLUMNS]))
+    table = found.comparison()
+    print(to_text(table, compare_columns(table, ["network", "inputs"])))
     print(f"\nrecords and report in {results}/ (report.html, summary.md, records.csv)")
     return exit_code_after_checks(len(found.failed), "run(s)", blank_line=True)

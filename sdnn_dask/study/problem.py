@@ -20,6 +20,7 @@ from ..core.network import Network
 from ..data import io, store
 from ..data.streaming import StreamedNetwork, resident_bytes
 from ..registry import ORDERS
+from .sampling import SampledCheck
 from .validation import StudyError, choice, digest, is_int, say
 
 #: Rows of a generated problem when not given (the challenge's 60000).
@@ -77,6 +78,11 @@ class ProblemSpec:
         Row order of generated inputs (:func:`sdnn_dask.data.images.make_inputs`):
         ``official-like`` (the default: survivors cluster along the rows as in the
         official inputs) or ``iid`` (every row drawn independently).
+    check_rows
+        Check each run on this many input rows drawn at random, plus up to an eighth as
+        many of its survivors, instead of on every row (:mod:`.sampling`): for networks
+        whose float64 reference of every row would take hours. ``None`` (the default)
+        checks every row.
     """
 
     neurons: int = 1024
@@ -88,6 +94,7 @@ class ProblemSpec:
     truth: str | None = None
     tile: int = 1
     order: str = "official-like"
+    check_rows: int | None = None
 
     def __post_init__(self) -> None:
         choice("order", self.order, ORDERS)
@@ -96,7 +103,7 @@ class ProblemSpec:
         if not is_int(self.neurons) or self.neurons not in sizes:
             raise StudyError(f"neurons must be one of {', '.join(map(str, sizes))} (the "
                              f"challenge's sizes), got {self.neurons!r}")
-        for name in ("layers", "inputs", "tile"):
+        for name in ("layers", "inputs", "tile", "check_rows"):
             value = getattr(self, name)
             if value is not None and (not is_int(value) or value < 1):
                 raise StudyError(f"{name} must be a positive integer, got {value!r}")
@@ -104,8 +111,12 @@ class ProblemSpec:
             raise StudyError(f"seed must be an integer >= 0, got {self.seed!r}")
 
     def key(self) -> str:
-        """A short stable id of the problem (its fields, hashed)."""
-        return digest(dataclasses.asdict(self))
+        """A short stable id of the problem (its fields, hashed; ``check_rows`` only when
+        set, so problems recorded before it existed keep their keys)."""
+        fields = dataclasses.asdict(self)
+        if fields["check_rows"] is None:
+            del fields["check_rows"]
+        return digest(fields)
 
     @property
     def label(self) -> str:
@@ -138,6 +149,7 @@ class Problem:
     source: str
     spec: ProblemSpec | None = None
     _reference: BoundedReference | None = field(default=None, repr=False)
+    _sampled: SampledCheck | None = field(default=None, repr=False)
 
     def key(self) -> str:
         """The spec's key; for a problem built by hand, a hash of the network's name and
@@ -149,6 +161,16 @@ class Problem:
         for array in (np.asarray(y.shape), y.indptr, y.indices, y.data):
             digest.update(np.ascontiguousarray(array).tobytes())
         return digest.hexdigest()[:12]
+
+    @property
+    def sampled(self) -> SampledCheck | None:
+        """The sampled check of its runs when the spec asks for one (``check_rows``)."""
+        if self.spec is None or self.spec.check_rows is None:
+            return None
+        if self._sampled is None:
+            self._sampled = SampledCheck(self.network, self.inputs, self.spec.check_rows,
+                                         self.spec.seed)
+        return self._sampled
 
     def reference(self) -> BoundedReference:
         """The float64 reference with float32 rounding bounds (computed once)."""
