@@ -167,7 +167,7 @@ OLD = {"records.csv": b"study,run_id\nold,1\n", "layers.csv": b"study,run_id\nol
        "report.html": b"<html>the previous report</html>"}
 #: What compare writes for SMALL (serial runs only: no communication to draw).
 WRITTEN = {"records.csv", "layers.csv", "summary.md", "report.html", "rate.png",
-           "survivors.png"}
+           "survivors.png", "distinct-rows.png"}
 
 
 def _old_results(tmp_path: Path) -> Path:

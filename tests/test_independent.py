@@ -29,6 +29,15 @@ from sdnn_dask.partition import (
 N, LAYERS, ROWS = 96, 7, 230
 
 
+@pytest.fixture(autouse=True)
+def every_row_computed():
+    """The counts recounted here (pieces exchanged, rows received) are every row's: the
+    papers' setting, identical rows not merged (test_model_dedup and test_dedup compare
+    the two)."""
+    with dask.config.set({"sdnn.kernel.dedup": False}):
+        yield
+
+
 @pytest.fixture(scope="module", params=["positive", "mixed", "negative"])
 def problem(request):
     """A positive bias (every row lives on; cancelled sums must stay bias-free), per-neuron

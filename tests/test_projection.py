@@ -348,8 +348,9 @@ def small_inputs():
                                              (0.0, 1 << 20), (0.3, 1 << 18)])
 def test_replayed_schedule_matches_the_kernel(small_network, small_inputs, threshold, chunk):
     profile = Survival.measure(small_network, small_inputs)
-    trace = forward_block(small_network, small_inputs, dense_threshold=threshold,
-                          chunk_bytes=chunk).trace
+    # the schedule replayed is every live row's (identical rows not merged)
+    trace = forward_block(small_network, small_inputs,
+                          settings=KernelSettings(threshold, chunk, dedup=False)).trace
     counts, levels = profile.row_counts()
     work, block, modes = _kernel_schedule(counts, levels, 1024, KernelSettings(threshold,
                                                                                  chunk), 32)
@@ -498,10 +499,12 @@ def test_report_projection_calibrates_on_the_smallest_n_and_holds_out_the_rest(c
         {"neurons": 1024, "layers": 6, "inputs": 400}, {"neurons": 1024, "layers": 12,
                                                         "inputs": 800},
         {"neurons": 4096, "layers": 6, "inputs": 300}],
-        "runs": [{"strategy": "kernel"}, {"strategy": "data", "workers": [1, 2]},
-                 {"strategy": "model"}, {"strategy": "model", "transport": "graph"}]})
+        "runs": [{"strategy": "kernel", "dedup": [False, True]},
+                 {"strategy": "data", "workers": [1, 2], "dedup": False},
+                 {"strategy": "model", "dedup": False},
+                 {"strategy": "model", "transport": "graph", "dedup": False}]})
     found = grid.run(client, tmp_path / "r", bar=False, report=False)
-    table = report_projection(found.runs, found.layers)
+    table = report_projection(found.runs, found.layers)  # the dedup runs left out
     assert set(table.loc[table["held_out"], "network"]) == {"radixnet-4096-6-s0"}
     assert set(table.loc[~table["held_out"], "network"]) == {"radixnet-1024-6-s0",
                                                              "radixnet-1024-12-s0"}
@@ -513,6 +516,9 @@ def test_report_projection_calibrates_on_the_smallest_n_and_holds_out_the_rest(c
     one = found.runs[found.runs["layers"] == 6]
     with pytest.raises(ValueError, match="at least two problem sizes"):
         report_projection(one[one["neurons"] == 1024], found.layers)
+    merged = found.runs[found.runs["dedup"] == "on"]
+    with pytest.raises(ValueError, match="without deduplication"):
+        report_projection(merged, found.layers)
 
 
 def test_a_workers_blocks_are_priced_merged():

@@ -362,9 +362,12 @@ def test_parts_match_an_independent_dense_recurrence(seed, n, rows, layers, dens
     else:
         part = make_neuron_partition(net, k, method, seed=seed % 1000)
     kwargs = {} if chunk is None else {"chunk_bytes": chunk * 4 * n}
-    out, finals = forward_parts(net, part, y, dense_threshold=threshold, **kwargs)
+    out, finals = forward_parts(net, part, y, dense_threshold=threshold, dedup=False,
+                                **kwargs)
     expected = dense_infer(weights, bias, ymax, y)
     np.testing.assert_array_equal(out.toarray(), expected)
+    merged, _ = forward_parts(net, part, y, dense_threshold=threshold, dedup=True, **kwargs)
+    np.testing.assert_array_equal(merged.toarray(), expected)  # identical rows once
     assert (out.data != 0).all()
     assert len(finals) == k
     for p, slab in enumerate(finals):  # each part holds exactly its live rows and columns

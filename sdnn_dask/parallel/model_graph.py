@@ -8,8 +8,8 @@ scheduled by Dask and its cost stays measurable; :func:`graph_messages` reads th
 moved back from Dask's transfer logs. Where identical rows are computed once, a look after
 layer ``l`` adds a task per part labelling its rows (``labels-...``), one agreeing on the
 groups (``agree-...``, on part 0's worker) and one per part dropping the rows merged away
-(``drop-...``), on :meth:`~.slabs.PartRows.due`'s schedule without its shortcut (the graph
-is built before anything runs).
+(``drop-...``), on :meth:`~.slabs.PartRows.due`'s schedule every :data:`GRAPH_LOOK_EVERY`
+layers, without its shortcut (the graph is built before anything runs).
 """
 
 from __future__ import annotations
@@ -45,6 +45,11 @@ def _drop(slab: Slab, shared: PartRows) -> Slab:
     """On the part's worker: its slab without the rows a look merged away."""
     return drop_rows(slab, shared.dropped)
 
+
+#: Layers between two looks for identical rows once past layer 8: a look is three task
+#: hops that every part of the group waits for, so they are fewer than on the direct
+#: transport (every 4th layer made a 1024-120 run twice as slow).
+GRAPH_LOOK_EVERY = 16
 
 _KEY = re.compile(r"-g(\d+)-l(\d+)-(\d+)to(\d+)(?:\+\d+)*$")
 
@@ -105,7 +110,7 @@ def build_graph(plans: list[PartPlan], plan_futures: dict[tuple[int, str], Futur
                         plan_futures[p, slot(g, p)], layer, current[p],
                         sources, *[provided[q, p] for q in sources], shared=shared,
                         dask_key_name=f"step-{token}-g{g}-l{layer}-p{p}"))
-            if dedup[g] and PartRows(dedup[g]).due(layer, n_layers):
+            if dedup[g] and PartRows(dedup[g]).due(layer, n_layers, GRAPH_LOOK_EVERY):
                 labels = []
                 for p in range(k):
                     with pinned(p):

@@ -46,7 +46,7 @@ def held_out_split(runs: pd.DataFrame) -> tuple[dict[str, Any], str]:
 def report_projection(runs: pd.DataFrame, layers: pd.DataFrame) -> pd.DataFrame:
     """Measured against projected for a report: calibrated and held out by
     :func:`held_out_split`, each run projected from its own configuration (graph-transport
-    runs left out: not modelled), one row per configuration (medians over its repeats;
+    runs and runs with identical rows computed once left out: not modelled), one row per configuration (medians over its repeats;
     ``runs`` counts them; the rule in ``attrs["rule"]``).
 
     Raises
@@ -54,10 +54,14 @@ def report_projection(runs: pd.DataFrame, layers: pd.DataFrame) -> pd.DataFrame:
     ValueError
         When the calibration runs cannot determine the model (too few kinds of runs).
     """
-    # the graph transport is not modelled (its per-layer scheduling is another latency)
-    runs = runs[runs["strategy"].isin([*SERIAL, *PARALLEL]) & (runs["transport"] != "graph")]
+    # the graph transport is not modelled (its per-layer scheduling is another latency),
+    # nor are identical rows computed once: the model steps every live row
+    every_row = (runs["dedup"].astype(str) != "on") if "dedup" in runs else True
+    runs = runs[runs["strategy"].isin([*SERIAL, *PARALLEL]) & (runs["transport"] != "graph")
+                & every_row]
     if runs.empty:
-        raise ValueError("no kernel, data, model or hybrid runs to calibrate on")
+        raise ValueError("no kernel, data, model or hybrid runs without deduplication "
+                         "(dedup off) to calibrate on: the cost model steps every live row")
     selection, rule = held_out_split(runs)
     calibrating = runs
     for column, value in selection.items():

@@ -142,11 +142,12 @@ class PartRows:
     def __post_init__(self) -> None:
         self.weights = np.ones(self.n_rows, np.int64)
 
-    def due(self, layer: int, n_layers: int) -> bool:
-        """Whether the parts look after ``layer`` (1-based; never after the last)."""
+    def due(self, layer: int, n_layers: int, every: int = LOOK_EVERY) -> bool:
+        """Whether the parts look after ``layer`` (1-based): after layers 1, 2, 4, 8 and
+        every ``every``-th, never after the last."""
         if layer >= n_layers or self.distinct == 1:
             return False
-        return layer in (1, 2, 4, 8) or layer % LOOK_EVERY == 0
+        return layer in (1, 2, 4, 8) or layer % every == 0
 
     def merge(self, merges: list[tuple[int, np.ndarray]], live: int) -> np.ndarray:
         """Record ``merges`` (from :func:`identical_rows`, ``live`` rows looked at); the row ids
