@@ -46,8 +46,9 @@ def held_out_split(runs: pd.DataFrame) -> tuple[dict[str, Any], str]:
 def report_projection(runs: pd.DataFrame, layers: pd.DataFrame) -> pd.DataFrame:
     """Measured against projected for a report: calibrated and held out by
     :func:`held_out_split`, each run projected from its own configuration (graph-transport
-    runs and runs with identical rows computed once left out: not modelled), one row per configuration (medians over its repeats;
-    ``runs`` counts them; the rule in ``attrs["rule"]``).
+    runs and runs with identical rows computed once left out: not modelled), one row per
+    configuration (medians over its repeats; ``runs`` counts them; the rule in
+    ``attrs["rule"]``).
 
     Raises
     ------

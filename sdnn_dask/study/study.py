@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import itertools
 import math
 import os
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import config, records
+from ..parallel.allocator import trim_memory
 from ..registry import SERIAL_STRATEGIES, STRATEGIES
 from .outcomes import Records
 from .problem import DEFAULT_ROWS, Problem, ProblemSpec, check_input_size, load_problem
@@ -276,7 +278,12 @@ class Study:
                 runner = None
                 for problem_spec, repeat, spec in pending:
                     if problem_spec not in loaded:
-                        loaded.clear()  # one problem in memory at a time
+                        # one problem in memory at a time: the last one's runner (its
+                        # executors hold weights on the workers) goes before the next loads
+                        loaded.clear()
+                        runner = outcome = None
+                        gc.collect()
+                        trim_memory()
                         loaded[problem_spec] = load_problem(problem_spec, progress=progress)
                         runner = Runner(loaded[problem_spec], client, study=self.name,
                                         warm_up=self.warm_up, progress=progress)
@@ -285,6 +292,7 @@ class Study:
                                       outcome.records.runs, outcome.records.layers)
                     tick(f"{spec.label}: {outcome.result.wall_seconds:.3f} s "
                          f"{outcome.check}")
+                    trim_memory()  # a serial run's freed tiles, before the next run
         finally:
             if own:
                 client.close()
