@@ -85,6 +85,8 @@ def test_round_trip_keeps_every_layer_bias_ymax_and_name(tmp_path, net, bias):
     again = opened.to_network()
     assert np.array_equal(again.bias, net.bias) and again.ymax == net.ymax
     assert again.name == net.name
+    # fewer layers: named as a StreamedNetwork of them is, so records tell them apart
+    assert opened.to_network(1).name == f"{net.name} (layers 1-1)"
 
 
 def test_irregular_and_empty_layers_round_trip(tmp_path):

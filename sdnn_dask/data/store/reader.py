@@ -364,7 +364,9 @@ class NetworkStore:
                 break
             layers.append(sp.csr_matrix((writable_array(w.data), writable_array(w.indices),
                                          writable_array(w.indptr)), shape=w.shape))
-        return Network(layers, bias=self.bias, ymax=self.ymax, name=self.name)
+        name = self.name if len(layers) == self.n_layers else \
+            f"{self.name} (layers 1-{len(layers)})"  # as a StreamedNetwork of them is named
+        return Network(layers, bias=self.bias, ymax=self.ymax, name=name)
 
     def verify(self) -> None:
         """Check every file against its SHA-256 in the manifest, and every layer.
