@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import CancelledError
+from concurrent.futures import CancelledError, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
 from distributed import Client, Future, wait
@@ -85,8 +86,24 @@ def gather_pinned(client: Client, futures: list[Future], workers: Iterable[str],
             client.cancel(futures)
             raise WorkerLostError(strategy, lost)
         if all(f.done() for f in futures):
+            return _gather_watching(client, futures, workers, strategy=strategy, poll=poll)
+
+
+def _gather_watching(client: Client, futures: list[Future], workers: set[str], *,
+                     strategy: str, poll: float) -> list[Any]:
+    """``client.gather(futures)``, checking every ``poll`` seconds that ``workers`` are
+    connected: a worker that dies holding a done result would leave a plain gather
+    waiting for it for ever (pinned tasks are never recomputed elsewhere)."""
+    with ThreadPoolExecutor(1, thread_name_prefix="sdnn-gather") as pool:
+        gathering = pool.submit(client.gather, futures)
+        while True:
             try:
-                return client.gather(futures)
+                return gathering.result(timeout=poll)
+            except FutureTimeout:
+                lost = workers - connected(client)
+                if lost:
+                    client.cancel(futures)  # the gather then ends, cancelled
+                    raise WorkerLostError(strategy, lost) from None
             except CancelledError as error:  # a worker died after its results were done
                 raise WorkerLostError(strategy, workers - connected(client)) from error
 
