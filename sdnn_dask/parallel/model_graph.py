@@ -8,7 +8,7 @@ scheduled by Dask and its cost stays measurable; :func:`graph_messages` reads th
 moved back from Dask's transfer logs. Where identical rows are computed once, a look after
 layer ``l`` adds a task per part labelling its rows (``labels-...``), one agreeing on the
 groups (``agree-...``, on part 0's worker) and one per part dropping the rows merged away
-(``drop-...``), on :meth:`~.slabs.PartRows.due`'s schedule every :data:`GRAPH_LOOK_EVERY`
+(``drop-...``), on :func:`~.slabs.shared_rows.look_due`'s schedule every :data:`GRAPH_LOOK_EVERY`
 layers, without its shortcut (the graph is built before anything runs).
 """
 
@@ -24,7 +24,7 @@ import pandas as pd
 from distributed import Future
 
 from .slabs import PartPlan, PartRows, Slab, drop_rows, part_layer_step, piece_for
-from .slabs.shared_rows import agreed, labelled_rows
+from .slabs.shared_rows import agreed, labelled_rows, look_due
 from .transport.direct import MESSAGE_COLUMNS
 
 
@@ -70,10 +70,10 @@ def graph_messages(transfers: pd.DataFrame) -> pd.DataFrame:
 def build_graph(plans: list[PartPlan], plan_futures: dict[tuple[int, str], Future],
                 slab_futures: dict[tuple[int, int], Future], slot: Callable[[int, int], str],
                 n_layers: int, dedup: list[int], token: str) -> tuple[list[Any], list[Any]]:
-    """Delayed tasks of every layer, each pinned to its part's worker, and each
-    group's last :class:`~.slabs.PartRows` (``None`` where ``dedup[g]`` is 0: see
-    :meth:`_run_direct`); looks for identical rows follow :meth:`PartRows.due`
-    without its shortcut (the graph is built before anything runs)."""
+    """Delayed tasks of every layer, each pinned to its part's worker (``slot(g, p)``),
+    and each group's last :class:`~.slabs.PartRows` (``None`` where ``dedup[g]`` is 0:
+    every row computed; else the group's rows); looks for identical rows follow
+    :func:`~.slabs.shared_rows.look_due` every :data:`GRAPH_LOOK_EVERY` layers."""
     k = len(plans)
     finals, last_shared = [], []
     for g in range(len(dedup)):
@@ -110,7 +110,7 @@ def build_graph(plans: list[PartPlan], plan_futures: dict[tuple[int, str], Futur
                         plan_futures[p, slot(g, p)], layer, current[p],
                         sources, *[provided[q, p] for q in sources], shared=shared,
                         dask_key_name=f"step-{token}-g{g}-l{layer}-p{p}"))
-            if dedup[g] and PartRows(dedup[g]).due(layer, n_layers, GRAPH_LOOK_EVERY):
+            if dedup[g] and look_due(layer, n_layers, GRAPH_LOOK_EVERY):
                 labels = []
                 for p in range(k):
                     with pinned(p):

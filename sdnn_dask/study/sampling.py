@@ -56,13 +56,10 @@ class SampledCheck:
                             replace=False) if len(survivors) else survivors
         return np.union1d(drawn, picked).astype(np.int64)
 
-    def _settings(self, dedup: bool) -> KernelSettings:
-        return KernelSettings.resolve(dedup=dedup)
-
     def _kernel(self, rows: np.ndarray) -> sp.csr_matrix:
         """The serial kernel without deduplication on ``rows`` of the inputs."""
         x = self.inputs[rows]
-        settings = self._settings(False)
+        settings = KernelSettings.resolve(dedup=False)
         if hasattr(self.network, "kernel_layers"):  # streamed from a store
             return stream_blocks(self.network, [x], settings)[0].to_csr()
         return forward_block(self.network, x, settings=settings).to_csr()

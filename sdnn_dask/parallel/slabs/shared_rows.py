@@ -39,6 +39,12 @@ from .layout import BLOCK_ROWS, BlockCSC, Slab, csr_to_blocks
 LOOK_EVERY = 4
 
 
+def look_due(layer: int, n_layers: int, every: int = LOOK_EVERY) -> bool:
+    """Whether the parts of a row group look for identical rows after ``layer``
+    (1-based): after layers 1, 2, 4, 8 and every ``every``-th, never after the last."""
+    return layer < n_layers and (layer in (1, 2, 4, 8) or layer % every == 0)
+
+
 def label_rows(slab: Slab) -> np.ndarray:
     """One label per row of ``slab``: the row id of the first row equal to it in these
     columns (value for value), or -1 where the row has no nonzero here."""
@@ -142,12 +148,10 @@ class PartRows:
     def __post_init__(self) -> None:
         self.weights = np.ones(self.n_rows, np.int64)
 
-    def due(self, layer: int, n_layers: int, every: int = LOOK_EVERY) -> bool:
-        """Whether the parts look after ``layer`` (1-based): after layers 1, 2, 4, 8 and
-        every ``every``-th, never after the last."""
-        if layer >= n_layers or self.distinct == 1:
-            return False
-        return layer in (1, 2, 4, 8) or layer % every == 0
+    def due(self, layer: int, n_layers: int) -> bool:
+        """Whether the parts look after ``layer`` (1-based): :func:`look_due`, and no more
+        once a look left a single distinct row."""
+        return self.distinct != 1 and look_due(layer, n_layers)
 
     def merge(self, merges: list[tuple[int, np.ndarray]], live: int) -> np.ndarray:
         """Record ``merges`` (from :func:`identical_rows`, ``live`` rows looked at); the row ids
