@@ -367,7 +367,8 @@ def test_parts_match_an_independent_dense_recurrence(seed, n, rows, layers, dens
     expected = dense_infer(weights, bias, ymax, y)
     np.testing.assert_array_equal(out.toarray(), expected)
     merged, _ = forward_parts(net, part, y, dense_threshold=threshold, dedup=True, **kwargs)
-    np.testing.assert_array_equal(merged.toarray(), expected)  # identical rows once
+    np.testing.assert_array_equal(merged.toarray(), expected)  # with dedup on (looks
+    # start at layer 8: merging itself is tested in test_model_dedup)
     assert (out.data != 0).all()
     assert len(finals) == k
     for p, slab in enumerate(finals):  # each part holds exactly its live rows and columns

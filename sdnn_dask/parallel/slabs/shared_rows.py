@@ -54,11 +54,10 @@ def label_rows(slab: Slab) -> np.ndarray:
     n_rows = len(slab.rows)
     if slab.tile is not None:
         hashes = hash_dense_t(slab.tile)
-        count = np.count_nonzero(slab.tile, axis=0)
     else:
         v = slab.blocks
         hashes = hash_block_csc(v.starts, v.indices, v.data, n_rows)
-        count = np.bincount(v.indices[v.data != 0], minlength=n_rows)
+    count = slab.row_nnz()
     labels = slab.rows.astype(np.int64, copy=True)
     labels[count == 0] = -1
     if n_rows < 2:
