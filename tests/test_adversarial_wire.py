@@ -459,7 +459,7 @@ def _knock(address, marker, stop: threading.Event, count: list) -> None:
 def test_a_model_parallel_run_passes_while_strangers_knock(client, tmp_path):
     from sdnn_dask.data.radixnet import make_inputs, make_network
     from sdnn_dask.parallel import ModelParallelExecutor, run_serial
-    from sdnn_dask.parallel.transport.direct import ensure_exchange
+    from sdnn_dask.parallel.transport.run import ensure_exchange
     from sdnn_dask.testing import assert_same_result
 
     marker = tmp_path / "pwned"

@@ -42,7 +42,8 @@ from sdnn_dask.parallel import (
     run_serial,
 )
 from sdnn_dask.parallel.faults import gather_pinned
-from sdnn_dask.parallel.transport.direct import RunAborted, active_runs
+from sdnn_dask.parallel.transport.exchange import RunAborted
+from sdnn_dask.parallel.transport.run import active_runs
 from sdnn_dask.testing import assert_same_result
 from sdnn_dask.training import SGD, fit, fit_trainer, init_model
 from sdnn_dask.training.compare import make_trainer

@@ -11,7 +11,7 @@ from sdnn_dask.data.radixnet import make_network
 from sdnn_dask.partition import make_neuron_partition
 from sdnn_dask.training import SGD, compiled, init_model, train_step
 from sdnn_dask.training.data_parallel import gradient_bytes
-from sdnn_dask.training.model_parallel import TRANSPORTS, ModelParallelTrainer
+from sdnn_dask.training.model_parallel import ModelParallelTrainer
 
 STEPS = 4
 METHODS = ["block", "hash", "random", "hypergraph"]
@@ -61,7 +61,7 @@ def _independent_volume(model, parts: np.ndarray) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("transport", ["direct"])  # the graph one is retired for training
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("k", [2, 3])
 def test_model_parallel_steps_follow_the_serial_steps(client, method, k, transport):
@@ -101,7 +101,7 @@ def test_model_parallel_steps_follow_the_serial_steps(client, method, k, transpo
     assert not np.array_equal(trained.weights[0].data, model.weights[0].data)
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("transport", ["direct"])  # the graph one is retired for training
 def test_a_radixnet_network_learns_the_same(client, transport):
     """The generated 1024-neuron RadiX-Net pattern, 4 layers, sparse inputs, 3 steps, hash
     and block partitions; the cross-worker bytes are what its km1 says."""
@@ -161,28 +161,6 @@ def test_partial_errors_are_summed(client):
         train_step(serial, x, labels, optimizer)
         got = (model.weights[0].data - trainer.model().weights[0].data) / lr
     np.testing.assert_allclose(got, grads.weights[0], rtol=1e-4, atol=1e-6)
-
-
-@pytest.mark.parametrize("k", [2, 3])
-def test_the_transports_take_the_same_steps(client, k):
-    """The direct transport sums the same pieces in the same order as the graph one: the
-    same losses and weights, bit for bit, and the same bytes."""
-    rng = np.random.default_rng(11)
-    model = init_model(_pattern(rng, 64, 4), 5, seed=4)
-    partition = _partition(model, k, "random")
-    with ModelParallelTrainer(client, model, partition, lr=0.05, momentum=0.9,
-                              transport="graph") as graph, \
-         ModelParallelTrainer(client, model, partition, lr=0.05, momentum=0.9,
-                              transport="direct") as direct:
-        for _ in range(3):
-            x, labels = _batch(rng, 64, 33, 5)
-            a, b = graph.step(x, labels), direct.step(x, labels)
-            assert a.loss == b.loss and b.transport == "direct"
-            assert (a.bytes_forward, a.bytes_backward, a.bytes_readout, a.bytes_inputs) == (
-                b.bytes_forward, b.bytes_backward, b.bytes_readout, b.bytes_inputs)
-        for pa, pb in zip(graph.model().parameters(), direct.model().parameters(),
-                          strict=True):
-            np.testing.assert_array_equal(pa, pb)
 
 
 @pytest.mark.parametrize("groups, k, method", [(2, 2, "block"), (2, 3, "hash"),

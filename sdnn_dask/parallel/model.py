@@ -67,6 +67,7 @@ from ..registry import TRANSPORTS  # "direct" or "graph"
 from .allocator import tune_allocator
 from .base import Executor
 from .faults import WorkerLostError, gather_pinned, place_retrying
+from .model_direct import MESSAGE_COLUMNS, TIMING_COLUMNS, run_part
 from .model_graph import build_graph, graph_messages
 from .placement import keep_on
 from .slabs import (
@@ -83,14 +84,7 @@ from .slabs.slice_checks import SliceDamagedError, StaleSlicesWarning, read_slic
 from .slabs.sliced_plans import SlicedPartPlan, open_part, open_parts, part_resident_bytes
 from .slabs.slices import discard_slices, slices_volume, write_part_slices
 from .transfers import transfers_of, widen_transfer_logs
-from .transport.direct import (
-    MESSAGE_COLUMNS,
-    TIMING_COLUMNS,
-    connect_peers,
-    ensure_exchange,
-    gather_direct,
-    run_part,
-)
+from .transport.run import connect_peers, ensure_exchange, gather_direct
 from .weights import WEIGHTS, choose_part_weights, worker_memory_limit
 
 
@@ -297,7 +291,7 @@ class ModelParallelExecutor(Executor):
             Passed to the neuron partition (``seed`` also to a random row partition).
         transport
             ``"direct"`` (default): one long-running task per part, pieces sent worker
-            to worker (:mod:`sdnn_dask.parallel.transport.direct`); ``"graph"``: one Dask task per
+            to worker (:mod:`sdnn_dask.parallel.model_direct`); ``"graph"``: one Dask task per
             part and layer, every exchange scheduled by Dask (its cost stays measurable).
         dedup
             Compute identical rows once (default ``sdnn.kernel.dedup``): each group's

@@ -23,9 +23,9 @@ import numpy as np
 import pandas as pd
 from distributed import Future
 
+from .model_direct import MESSAGE_COLUMNS
 from .slabs import PartPlan, PartRows, Slab, drop_rows, part_layer_step, piece_for
 from .slabs.shared_rows import agreed, labelled_rows, look_due
-from .transport.direct import MESSAGE_COLUMNS
 
 
 def _send(plan: PartPlan, layer: int, slab: Slab, destinations: list[int]) -> Slab:

@@ -32,14 +32,15 @@ from distributed import Client, wait
 
 from ..parallel.allocator import tune_allocator
 from ..parallel.faults import connected
-from ..parallel.transport.direct import connect_peers, ensure_exchange
+from ..parallel.transport.collectives import chunks
+from ..parallel.transport.run import connect_peers, ensure_exchange
+from ..registry import TRANSPORTS
 from .data_step import BUCKET_BYTES
 from .loop import BACKENDS, gradients
 from .model import Gradients, SparseModel
 from .optim import check_settings
 from .persistent import PersistentLoop, step_seconds, timing_fields
 from .replicas import drop_replica, held, hold_rows, place_replica
-from .slot import TRANSPORTS, chunks
 
 __all__ = ["TRANSPORTS", "DataParallelTrainer", "StepResult"]
 

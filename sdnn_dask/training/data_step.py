@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from ..parallel.transport.collectives import REDUCE, Slot, pair_sum, timed_allreduce
 from . import compiled
 from .loop import gradients
 from .model import Gradients, flatten, unflatten
 from .replicas import held
-from .slot import REDUCE, Slot, pair_sum, timed_allreduce
 
 #: Bytes of gradient a data-parallel slot on two workers sends at once, as soon as
 #: its layers are computed (the last piece, with the biases and readout, may be smaller).

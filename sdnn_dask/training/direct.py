@@ -56,8 +56,15 @@ from typing import Any
 import numpy as np
 
 from ..core.kernels import ROW_TILE, dense_step
-from ..parallel.transport.direct import PIECE_TIMEOUT, POLL_SECONDS
-from ..parallel.transport.slot import joined_run
+from ..parallel.transport.collectives import (
+    BACKWARD,
+    DLOGITS,
+    FORWARD,
+    LOGITS,
+    Slot,
+    timed_allreduce,
+)
+from ..parallel.transport.run import PIECE_TIMEOUT, POLL_SECONDS, joined_run
 from .compiled import (
     delta_t,
     gather_delta,
@@ -69,14 +76,6 @@ from .losses import softmax_cross_entropy
 from .model import flatten, unflatten
 from .parts import PARTS, apply_update, sum_plan
 from .replicas import held_rows
-from .slot import (
-    BACKWARD,
-    DLOGITS,
-    FORWARD,
-    LOGITS,
-    Slot,
-    timed_allreduce,
-)
 
 
 def _split(order: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

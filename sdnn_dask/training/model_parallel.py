@@ -42,155 +42,31 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from distributed import Client, wait
+from distributed import Client
 
 from ..parallel.allocator import tune_allocator
 from ..parallel.faults import connected
-from ..parallel.transport.direct import connect_peers, ensure_exchange
+from ..parallel.transport.collectives import chunks
+from ..parallel.transport.run import connect_peers, ensure_exchange
 from ..partition import NeuronPartition, make_neuron_partition
-from .compiled import (
-    delta_t,
-    gather_delta,
-    layer_backward_t,
-    layer_forward_t,
-    sampled_gradient_t,
-)
-from .losses import as_labels, softmax_cross_entropy
+from ..registry import TRANSPORTS
+from .losses import as_labels
 from .model import SparseModel
 from .optim import check_settings
 from .parts import (
-    PARTS,
-    apply_update,
     drop_parts,
     fetch_part,
     pattern_network,
     place_part,
     slice_model,
-    sum_plan,
 )
 from .persistent import PersistentLoop, step_seconds, timing_fields
 from .replicas import hold_rows
-from .slot import TRANSPORTS, chunks
 
 __all__ = ["ModelParallelStep", "ModelParallelTrainer"]
-
-
-def _forward(trainer: str, p: int, layer: int, x: np.ndarray | None,
-             pieces: dict[int, np.ndarray], local: tuple[int, ...], rows: int,
-             *after: Any) -> tuple[int, int]:
-    """Layer ``layer`` (1-based) forward on part ``p``.
-
-    ``x``: the needed input columns (layer 1 only), ``needed x rows``. ``pieces``: source
-    part -> the columns it cut for ``p`` (other workers); ``local``: parts on this worker
-    (``p`` included) whose columns are read from memory. ``after`` only orders the task.
-    Returns (bytes received from other workers, bytes read from other parts here).
-    """
-    state = PARTS[(trainer, p)]
-    sl = state.layers[layer - 1]
-    moved = read = 0
-    if layer == 1:
-        tile = x
-    else:
-        tile = np.empty((len(sl.needed), rows), np.float32)
-        for q, piece in pieces.items():
-            tile[sl.fetch[q]] = piece
-            moved += piece.nbytes
-        for q in local:
-            src = PARTS[(trainer, q)].layers[layer - 2]
-            tile[sl.fetch[q]] = src.outputs[src.send[p]]
-            if q != p:
-                read += len(sl.fetch[q]) * rows * 4
-    sl.wt.data[:] = sl.w.data[sl.to_t]  # w changed in the last update
-    out = np.empty((len(sl.own), rows), np.float32)
-    layer_forward_t(tile, sl.wt, sl.bias, state.ymax, out, sl.order_fwd)
-    sl.inputs, sl.outputs = tile, out
-    return moved, read
-
-
-def _cut_forward(trainer: str, q: int, level: int, p: int, *after: Any) -> np.ndarray:
-    """The columns of part ``q``'s level ``level`` that part ``p`` reads (a copy: only it
-    moves)."""
-    sl = PARTS[(trainer, q)].layers[level - 1]
-    return np.ascontiguousarray(sl.outputs[sl.send[p]])
-
-
-def _readout(trainer: str, p: int, *after: Any) -> np.ndarray:
-    state = PARTS[(trainer, p)]
-    return state.layers[-1].outputs.T @ state.readout
-
-
-def _loss(trainer: str, partials: list[np.ndarray], labels: np.ndarray
-          ) -> tuple[float, np.ndarray]:
-    """On part 0: the logits (partials summed, ``c`` added), the loss and ``dlogits``."""
-    state = PARTS[(trainer, 0)]
-    logits = partials[0].copy()
-    for partial in partials[1:]:
-        logits += partial
-    logits += state.readout_bias
-    value, dlogits = softmax_cross_entropy(logits, labels)
-    state.grad_c = dlogits.sum(axis=0)
-    return value, dlogits
-
-
-def _backward(trainer: str, p: int, layer: int, top: tuple[float, np.ndarray] | None,
-              pieces: dict[int, np.ndarray], local: tuple[int, ...], rows: int,
-              *after: Any) -> tuple[int, int]:
-    """Layer ``layer`` backward on part ``p``: ``dY_l[:, own_p]`` from ``dlogits`` (``top``,
-    layer L) or as the sum of the partial errors of the parts that read its columns
-    (``pieces`` from other workers, ``local`` parts' read from memory), then the slice's
-    gradients and, below layer 1, its partial errors of ``Y_{l-1}[:, needed_p]``."""
-    state = PARTS[(trainer, p)]
-    sl = state.layers[layer - 1]
-    moved = read = 0
-    if top is not None:
-        dlogits = top[1]
-        dyt = state.readout @ dlogits.T
-        state.grad_r = sl.outputs @ dlogits
-        delta, sl.grad_b = delta_t(dyt, sl.outputs, state.ymax, out=dyt)
-    else:
-        sources = {q: piece for q, piece in pieces.items()}
-        for q in local:
-            src = PARTS[(trainer, q)].layers[layer]
-            sources[q] = np.ascontiguousarray(src.partial[src.fetch[p]])
-            if q != p:
-                read += sources[q].nbytes
-        moved = sum(piece.nbytes for piece in pieces.values())
-        # its own partial errors first, then the others' in part order, summed and masked
-        # as the direct transport does: the sum does not depend on placement
-        if sl.sum_plan is None:
-            sl.sum_plan = sum_plan(sl, p)
-        readers, ptr, src_ix, row = sl.sum_plan
-        dyt = np.empty((len(sl.own), rows), np.float32)
-        sl.grad_b = np.zeros(len(sl.own), np.float32)
-        if readers:
-            gather_delta(tuple(np.require(sources[q], np.float32, ["C", "W"])
-                               for q in readers),
-                         ptr, src_ix, row, sl.outputs, np.float32(state.ymax), dyt,
-                         sl.grad_b)
-        else:  # no part reads these neurons: no error reaches them
-            dyt[...] = 0.0
-        delta = dyt
-    if layer > 1:
-        sl.partial, sl.grad_w, _ = layer_backward_t(delta, sl.inputs, sl.w, None, sl.order_bwd)
-    else:
-        sl.grad_w = sampled_gradient_t(sl.inputs, delta, sl.w, sl.order_bwd)
-    return moved, read
-
-
-def _apply(trainer: str, p: int, *after: Any) -> int:
-    """SGD on part ``p``'s slices (``after`` only orders the task)."""
-    apply_update(PARTS[(trainer, p)])
-    return p
-
-
-def _cut_backward(trainer: str, q: int, layer: int, p: int, *after: Any) -> np.ndarray:
-    """Part ``q``'s partial errors of layer ``layer``'s inputs that part ``p`` owns."""
-    sl = PARTS[(trainer, q)].layers[layer - 1]
-    return np.ascontiguousarray(sl.partial[sl.fetch[p]])
 
 
 @dataclass(frozen=True)
@@ -300,8 +176,11 @@ class ModelParallelTrainer:
                              f"{transport!r}")
         if int(row_groups) != row_groups or row_groups < 1:
             raise ValueError(f"row_groups must be a positive integer, got {row_groups!r}")
-        if row_groups > 1 and transport != "direct":
-            raise ValueError("the hybrid (row_groups > 1) runs on the direct transport only")
+        if transport != "direct":
+            # a task per part and layer, the pieces moved by the scheduler, took 4-9x a
+            # direct step's time (docs/training.md): retired for training
+            raise ValueError("model-parallel and hybrid training run on the direct "
+                             "transport only")
         if model.dtype != np.float32:
             raise TypeError(f"model parallelism runs the compiled float32 kernels; the model "
                             f"is {model.dtype}")
@@ -369,10 +248,6 @@ class ModelParallelTrainer:
         (the partition's ``volume`` on this model's pattern; layer 1's is not exchanged)."""
         return list(self._volume)
 
-    def _submit(self, fn: Any, part: int, *args: Any) -> Any:
-        return self.client.submit(fn, *args, workers=[self.home[part]],
-                                  allow_other_workers=False, pure=False)
-
     def step(self, x: np.ndarray | sp.spmatrix, labels: np.ndarray) -> ModelParallelStep:
         """One step on the batch ``x`` (``rows x N``) with class ``labels``."""
         shape = getattr(x, "shape", None)
@@ -385,8 +260,6 @@ class ModelParallelTrainer:
         labels = as_labels(labels, rows, self._shapes.n_classes)
         start = time.perf_counter()
         dense = x.toarray() if sp.issparse(x) else np.asarray(x)
-        if self.transport == "graph":
-            return self._step_graph(dense, labels, rows, start)
         return self._step_direct(dense, labels, rows, start)
 
     def _persistent(self) -> PersistentLoop:
@@ -435,16 +308,13 @@ class ModelParallelTrainer:
 
     def hold(self, x: np.ndarray | sp.spmatrix, labels: np.ndarray) -> None:
         """Keep the training rows on the workers, each slot the input columns its part
-        reads, so that :meth:`steps` sends only row ids (on the graph transport, here
-        only)."""
+        reads, so that :meth:`steps` sends only row ids."""
         shape = getattr(x, "shape", None)
         if shape is None or len(shape) != 2 or shape[1] != self._shapes.n_inputs:
             raise ValueError(f"inputs must be rows x {self._shapes.n_inputs}, got {shape}")
         labels = as_labels(labels, int(shape[0]), self._shapes.n_classes)
         dense = np.asarray(x.toarray() if sp.issparse(x) else x, dtype=np.float32)
         self._held = (dense, labels)
-        if self.transport != "direct":
-            return
         placed = []
         for c in range(self.k):
             columns = self.client.scatter(
@@ -458,12 +328,9 @@ class ModelParallelTrainer:
 
     def steps(self, batches: list[np.ndarray]) -> list[ModelParallelStep]:
         """One step per array of row ids into the rows :meth:`hold` placed, in order; on
-        the direct transport all of them in one feed of the slots' loop."""
+        all of them in one feed of the slots' loop."""
         if self._held is None:
             raise RuntimeError("hold() the training rows before steps()")
-        dense, labels = self._held
-        if self.transport != "direct":
-            return [self.step(dense[idx], labels[idx]) for idx in batches]
         items = []
         for idx in batches:
             idx = np.asarray(idx, np.int64)
@@ -477,69 +344,6 @@ class ModelParallelTrainer:
         records = self._persistent().run(items)
         return [self._result(step, len(idx), step_seconds(step), int(idx.nbytes))
                 for step, idx in zip(records, batches, strict=True)]
-
-    def _step_graph(self, dense: np.ndarray, labels: np.ndarray, rows: int, start: float
-                    ) -> ModelParallelStep:
-        """A step on the task graph: a task per part and layer, cut tasks between."""
-        n_layers, k, home = self._shapes.n_layers, self.k, self.home
-        key = self._key(0)
-        inputs = [np.ascontiguousarray(dense[:, needed].T, dtype=np.float32)
-                  for needed in self._needed[0]]
-        fwd: list[list[Any]] = []
-        for layer in range(1, n_layers + 1):
-            level = []
-            for p in range(k):
-                if layer == 1:
-                    level.append(self._submit(_forward, p, key, p, 1, inputs[p], {}, (),
-                                              rows))
-                    continue
-                sources = self._sources[layer - 1][p]
-                local = tuple(q for q in sources if home[q] == home[p])
-                pieces = {q: self._submit(_cut_forward, q, key, q, layer - 1, p,
-                                          fwd[-1][q])
-                          for q in sources if home[q] != home[p]}
-                after = [fwd[-1][q] for q in local] + [fwd[-1][p]]
-                level.append(self._submit(_forward, p, key, p, layer, None, pieces,
-                                          local, rows, *after))
-            fwd.append(level)
-        partials = [self._submit(_readout, p, key, p, fwd[-1][p]) for p in range(k)]
-        top = self._submit(_loss, 0, key, partials, labels)
-        bwd: list[list[Any]] = [[None] * k for _ in range(n_layers)]
-        for layer in range(n_layers, 0, -1):
-            for p in range(k):
-                if layer == n_layers:
-                    bwd[layer - 1][p] = self._submit(_backward, p, key, p, layer, top, {},
-                                                     (), rows)
-                    continue
-                above = bwd[layer]
-                readers = self._readers[layer - 1][p]  # parts that read p's level-l columns
-                local = tuple(q for q in readers if home[q] == home[p])
-                pieces = {q: self._submit(_cut_backward, q, key, q, layer + 1, p,
-                                          above[q])
-                          for q in readers if home[q] != home[p]}
-                after = [above[q] for q in local] + [above[p], top]
-                bwd[layer - 1][p] = self._submit(_backward, p, key, p, layer, None,
-                                                 pieces, local, rows, *after)
-        applied = [self._submit(_apply, p, key, p, bwd[0][p],
-                                *(bwd[layer][p] for layer in range(1, n_layers)))
-                   for p in range(k)]
-        with self.client.as_current():
-            wait(applied)
-        seconds = time.perf_counter() - start
-        counts = self.client.gather([f for level in fwd + bwd for f in level])
-        n_fwd = n_layers * k
-        loss = float(self.client.gather(top)[0])
-        remote = sum(home[p] != home[0] for p in range(k))
-        others = len({home[p] for p in range(k)} - {home[0]})
-        return ModelParallelStep(
-            loss=loss, seconds=seconds,
-            bytes_forward=int(sum(c[0] for c in counts[:n_fwd])),
-            bytes_backward=int(sum(c[0] for c in counts[n_fwd:])),
-            bytes_forward_local=int(sum(c[1] for c in counts[:n_fwd])),
-            bytes_backward_local=int(sum(c[1] for c in counts[n_fwd:])),
-            predicted_bytes=self.predicted_bytes(rows),
-            bytes_readout=(remote + others) * rows * self._shapes.n_classes * 4,
-            bytes_inputs=int(sum(a.nbytes for a in inputs)))
 
     def model(self, group: int = 0) -> SparseModel:
         """The model assembled from row group ``group``'s parts (the original CSR order)."""

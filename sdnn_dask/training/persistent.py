@@ -3,14 +3,14 @@
 Instead of a task per slot and step, a trainer on the direct transport starts one
 long-running task per slot (:func:`~.direct.run_slot`) the first time it steps, and from
 then on feeds it steps through the workers' exchanges (:func:`~sdnn_dask.parallel.
-transport.feed.feed_run`): one call per worker per feed, answered when the slots there
+transport.run.feed_run`): one call per worker per feed, answered when the slots there
 have run every step of it, with each step's record. A feed may hold one step (the
 trainers' ``step``) or many (``steps``: an epoch's batches as row ids into rows held on
 the workers), so the scheduler takes no part after the start, and a feed of many steps
 costs one round trip for all of them.
 
 The client only starts, watches and stops the loop. While a feed is answered it checks
-every :data:`~sdnn_dask.parallel.transport.direct.POLL_SECONDS` that the loop's workers
+every :data:`~sdnn_dask.parallel.transport.run.POLL_SECONDS` that the loop's workers
 are connected and its tasks alive: a lost worker raises
 :exc:`~sdnn_dask.parallel.faults.WorkerLostError` naming it, a slot's error is raised as
 itself, and an interruption of the caller (``KeyboardInterrupt``) stops the loop on every
@@ -26,16 +26,16 @@ from typing import Any
 
 from distributed import Client
 
-from ..parallel.transport.direct import (
+from ..parallel.transport.collectives import FEED, REPLY
+from ..parallel.transport.run import (
     POLL_SECONDS,
     check_run,
+    feed_run,
     gather_direct,
     stop_run,
 )
-from ..parallel.transport.feed import feed_run
 from .data_step import BUCKET_BYTES
 from .direct import run_slot
-from .slot import FEED, REPLY
 
 __all__ = ["PersistentLoop", "slot_compute", "step_seconds", "timing_fields"]
 

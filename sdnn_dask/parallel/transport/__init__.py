@@ -1,10 +1,16 @@
-"""How model-parallel parts exchange activations worker to worker, without the scheduler.
+"""Moving bytes between workers without the scheduler, and nothing else.
+
+What the bytes mean (activations, partial errors, gradients) is the caller's: inference's
+model-parallel parts (:mod:`sdnn_dask.parallel.model_direct`) and training's slots
+(:mod:`sdnn_dask.training.slot_task`) both run on these modules.
 
 * :mod:`.exchange`: a worker's mailbox of pieces (a worker extension with its handlers),
   packing, waiting, aborting;
-* :mod:`.slot`: a task's share of a run on its worker (find the exchange, secede, join,
-  notice a cancellation, abort and leave), the one way inference parts and training slots
-  take part in a run;
-* :mod:`.direct`: the inference part task built on it, and the client's side (registering
-  the exchange, opening the peers' connections, waiting for a run and aborting it).
+* :mod:`.run`: a direct run's lifecycle, the client's side (register the exchange, open
+  the peers' connections, feed, watch, abort, gather) and a task's (join, secede, notice a
+  cancellation, abort and leave);
+* :mod:`.collectives`: a persistent run's slots' keyed messages, feeds and replies,
+  all-reduce and pair sums;
+* :mod:`.wire` and :mod:`.ring`: the short way between worker processes (authenticated
+  sockets, and a shared-memory ring on one host).
 """

@@ -1,11 +1,12 @@
-"""A training slot's side of the exchange: its messages, counters and gradient sums.
+"""Collectives of a persistent run's slots: keyed messages, feeds, all-reduce, pair sums.
 
-A slot (row group ``g``, part ``c``) of a persistent training loop (:mod:`.direct`) talks
-to the other slots through its worker's
-:class:`~sdnn_dask.parallel.transport.exchange.PieceExchange`: :class:`Slot` files its
-pieces by step, phase, layer and destination, waits for the ones it reads, counts bytes
-and seconds, and receives its feeds and hands back its replies. :func:`allreduce` sums a
-gradient across the row groups on top of it.
+A slot (row group ``g``, part ``c``) of a persistent run (a training loop,
+:func:`sdnn_dask.training.slot_task.run_slot`) talks to the other slots through its
+worker's :class:`~.exchange.PieceExchange`: :class:`Slot` files its pieces by step,
+phase, layer and destination, waits for the ones it reads, counts bytes and seconds, and
+receives its feeds and hands back its replies. :func:`allreduce` and :func:`pair_sum` sum
+a vector across the row groups on top of it. Bytes only: what the vectors mean is the
+caller's.
 """
 
 from __future__ import annotations
@@ -15,15 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from ..parallel.transport.exchange import (
+from .exchange import (
     CLIENT,
     PieceExchange,
     unpack,
     wait_pieces,
 )
-
-#: The transports of the trainers; the first is the default.
-TRANSPORTS = ("direct", "graph")
 
 #: Phases of a step (the low 3 bits of a message's key group); the client's feeds and
 #: the slots' replies have phases of their own.

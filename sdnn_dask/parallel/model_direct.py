@@ -1,4 +1,4 @@
-"""The direct transport of model parallelism: one long-running task per part.
+"""The direct transport of model parallelism: one long-running task per part, every layer.
 
 ``transport="direct"`` (the default of :meth:`ModelParallelExecutor.run
 <sdnn_dask.parallel.ModelParallelExecutor.run>`) submits one task per (row group, part),
@@ -21,43 +21,19 @@ slowest remote piece (queued on its sender to filed here: the part of the wait t
 and the event loops account for; the rest is the sender finishing its own step later);
 per message, the payload and frame bytes and the bytes the comm wrote.
 
-Stopping: a part whose task was cancelled (``client.cancel``, the client gone) notices
-within :data:`POLL_SECONDS`; a part that fails aborts its worker's share of the run; the
-client (:func:`gather_direct`) aborts the run on every worker when a worker is lost, a
-part fails or the caller is interrupted, so no task is left waiting for a piece.
+The run's lifecycle (joining, watching, aborting, gathering) is
+:mod:`~sdnn_dask.parallel.transport.run`'s, shared with training's slots.
 """
+
 
 from __future__ import annotations
 
 import time
-import warnings
-from concurrent.futures import CancelledError
 from typing import Any
 
-from distributed import Client, Future, wait
-
-from ... import config
-from ..faults import WorkerLostError, connected
-from ..slabs import PartPlan, PartRows, Slab, drop_rows, label_rows, part_layer_step, piece_for
-from .exchange import (
-    EXTENSION,
-    Arrived,
-    PieceExchange,
-    RunAborted,
-    pack,
-    unpack,
-    wait_pieces,
-)
-from .slot import joined_run
-from .wire import crosses_network
-
-#: How often a waiting part checks that its task is still wanted, and the client that
-#: the run's workers are still connected.
-POLL_SECONDS = 0.1
-
-#: Seconds a part waits with no piece arriving before giving up (a last resort: lost
-#: workers and cancellations are noticed within ``POLL_SECONDS``).
-PIECE_TIMEOUT = 600.0
+from .slabs import PartPlan, PartRows, Slab, drop_rows, label_rows, part_layer_step, piece_for
+from .transport.exchange import Arrived, pack, unpack, wait_pieces
+from .transport.run import PIECE_TIMEOUT, POLL_SECONDS, joined_run
 
 #: Per (part, layer) timing columns the direct transport adds to the layer records.
 TIMING_COLUMNS = ["layer", "wait_s", "send_s", "serialise_s", "deserialise_s",
@@ -66,75 +42,6 @@ TIMING_COLUMNS = ["layer", "wait_s", "send_s", "serialise_s", "deserialise_s",
 #: One row per message sent between workers.
 MESSAGE_COLUMNS = ["group", "layer", "source", "parts", "sender", "receiver",
                    "payload_bytes", "frame_bytes", "wire_bytes"]
-
-
-def ensure_exchange(client: Client) -> None:
-    """Register :class:`~.exchange.PieceExchange` on the workers that lack it (and, with
-    the scheduler, on every worker that joins later)."""
-    has = client.run(lambda dask_worker: EXTENSION in dask_worker.extensions)
-    if not all(has.values()):
-        client.register_plugin(PieceExchange(), name=EXTENSION)
-
-
-async def _connect_peers(dask_worker: Any, peers: list[str]) -> int:
-    return await dask_worker.extensions[EXTENSION].connect_peers(peers)
-
-
-def _wire_address(dask_worker: Any) -> Any:
-    return dask_worker.extensions[EXTENSION].wire_address()
-
-
-def _know_wires(dask_worker: Any, table: dict[str, Any]) -> int:
-    return dask_worker.extensions[EXTENSION].know_wires(table)
-
-
-def connect_peers(client: Client, workers: list[str], *, wire: bool | None = None) -> None:
-    """Open every worker pair's connection before the clock starts; with ``wire``
-    (default ``sdnn.transport.wire``), start the workers' :class:`~.wire.Wire` and hand
-    out their addresses, so pieces between worker processes of a plain ``tcp://``
-    cluster go by it. Warns if a wire listens beyond loopback: its frames are
-    authenticated, not encrypted."""
-    client.run(_connect_peers, peers=workers, workers=workers)
-    if wire is None:
-        wire = bool(config.get("transport.wire", True))
-    if wire and len(workers) > 1:
-        table = client.run(_wire_address, workers=workers)
-        exposed = sorted({w[0] for w in table.values() if w and crosses_network(w[0])})
-        if exposed:  # a TLS cluster has no wire (its addresses are None)
-            warnings.warn(f"the workers' wire listens on {', '.join(exposed)}: its frames "
-                          "cross the network authenticated (HMAC) but not encrypted, as "
-                          "this tcp:// cluster's comms do; a tls:// cluster encrypts both "
-                          "(and keeps pieces off the wire)", UserWarning, stacklevel=2)
-        client.run(_know_wires, table=table, workers=workers)
-
-
-def _abort(dask_worker: Any, token: str, strategy: str, lost: list[str], reason: str) -> bool:
-    exchange = dask_worker.extensions.get(EXTENSION)
-    if exchange is None:
-        return False
-    error: BaseException = (WorkerLostError(strategy, lost) if lost
-                            else RunAborted(f"{strategy} run {token} aborted: {reason}"))
-    return exchange.abort(token, error)
-
-
-def abort_run(client: Client, token: str, *, strategy: str, lost: list[str] = (),
-              reason: str = "") -> None:
-    """Stop run ``token`` on every connected worker and drop its state there."""
-    try:
-        client.run(_abort, token=token, strategy=strategy, lost=list(lost), reason=reason,
-                   workers=sorted(connected(client)), on_error="ignore")
-    except Exception:  # best effort: the tasks' own checks still stop them
-        pass
-
-
-def _active(dask_worker: Any) -> list[str]:
-    exchange = dask_worker.extensions.get(EXTENSION)
-    return exchange.active() if exchange is not None else []
-
-
-def active_runs(client: Client) -> dict[str, list[str]]:
-    """Worker -> tokens of the direct runs with state there (empty when all is clean)."""
-    return client.run(_active)
 
 
 def run_part(plan: PartPlan, slab: Slab, *, token: str, group: int, route: list[str],
@@ -253,60 +160,3 @@ def _swap_labels(joined: Any, plan: PartPlan, slab: Slab, group: int, layer: int
     labelled = {q: unpack(v) for q, v in got.items()}
     labelled[part] = mine
     return [labelled[q] for q in sorted(labelled)]
-
-
-def check_run(client: Client, futures: list[Future], workers: set[str], *, token: str,
-              strategy: str, poll: float = POLL_SECONDS) -> bool:
-    """Raise if direct run ``token`` cannot finish; else whether its tasks are all done.
-
-    A worker of the run gone raises :exc:`WorkerLostError` naming it; a task that failed,
-    its own error; the run's tasks cancelled with no worker lost,
-    :exc:`~.exchange.RunAborted`.
-    """
-    lost = workers - connected(client)
-    if not lost and any(f.cancelled() for f in futures):
-        time.sleep(poll)  # a worker's loss may cancel first and report after
-        lost = workers - connected(client)
-        if not lost:
-            raise RunAborted(f"{strategy} run {token} was cancelled: its part tasks "
-                             "were cancelled with no worker lost")
-    if lost:
-        raise WorkerLostError(strategy, lost)
-    failed = [f for f in futures if f.status == "error"]
-    if failed:
-        failed[0].result()  # raises the part's own error
-    return all(f.done() for f in futures)
-
-
-def stop_run(client: Client, futures: list[Future], token: str, strategy: str,
-             error: BaseException) -> None:
-    """Abort run ``token`` on every worker (``error``'s lost workers named) and cancel
-    its tasks."""
-    lost = list(getattr(error, "lost", []))
-    abort_run(client, token, strategy=strategy, lost=lost, reason=repr(error))
-    client.cancel(futures)
-
-
-def gather_direct(client: Client, futures: list[Future], workers: set[str], *, token: str,
-                  strategy: str, poll: float = POLL_SECONDS) -> list[Any]:
-    """Wait for a direct run's part tasks, stopping the whole run on any trouble.
-
-    A worker of the run leaving, a part failing, the run's tasks being cancelled, or the
-    caller being interrupted (``KeyboardInterrupt``) aborts the run on every worker and
-    cancels its tasks; then :exc:`WorkerLostError` (naming the lost workers), the part's
-    own error, :exc:`~.exchange.RunAborted` or the interruption is raised
-    (:func:`check_run`).
-    """
-    try:
-        while True:
-            try:
-                with client.as_current():
-                    wait(futures, timeout=poll)
-            except (TimeoutError, CancelledError):
-                pass
-            if check_run(client, futures, workers, token=token, strategy=strategy,
-                         poll=poll):
-                return client.gather(futures)
-    except BaseException as error:
-        stop_run(client, futures, token, strategy, error)
-        raise
