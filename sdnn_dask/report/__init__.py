@@ -55,6 +55,8 @@ from .tables import (
     rank,
     runs,
     sort_configurations,
+    spread_text,
+    with_spread,
 )
 
 __all__ = [
@@ -94,7 +96,9 @@ __all__ = [
     "runs",
     "shown_columns",
     "sort_configurations",
+    "spread_text",
     "summary_markdown",
     "to_markdown",
     "to_text",
+    "with_spread",
 ]

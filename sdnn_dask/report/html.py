@@ -41,7 +41,16 @@ from .summary import (
     shown_columns,
     summary_markdown,
 )
-from .tables import SERIAL, comparison, describe, failures, headline, latest_runs, problems
+from .tables import (
+    SERIAL,
+    comparison,
+    describe,
+    failures,
+    headline,
+    latest_runs,
+    problems,
+    with_spread,
+)
 
 DEFAULT_TITLE = "sdnn_dask report"
 
@@ -49,7 +58,7 @@ DEFAULT_TITLE = "sdnn_dask report"
 HEADERS = {
     "strategy": "strategy", "partition": "partition", "row_partition": "row groups by",
     "transport": "transport", "workers": "workers", "blocks": "blocks", "parts": "parts k",
-    "repeats": "repeats", "seconds": "seconds (median)", "edges_per_s": "edges/s",
+    "repeats": "repeats", "seconds": "seconds: median (min–max)", "edges_per_s": "edges/s",
     "speedup": "× reference", "vs_kernel": "× kernel", "vs_data": "× data (same workers)",
     "imbalance": "imbalance (max/mean)", "survivor_imbalance": "survivor imbalance",
     "mb_moved": "MB moved", "predicted_volume": "predicted volume (km1)",
@@ -256,6 +265,7 @@ th,td{padding:.26rem .45rem;border-bottom:1px solid #e4e4e4;white-space:nowrap}
 th{background:#f2f2f2;text-align:left;vertical-align:bottom;font-weight:600;
 white-space:normal;min-width:3.2em;max-width:7.5em;line-height:1.2}
 td.num{text-align:right}
+.spread{color:#666;font-size:.78em;font-weight:400}
 tbody tr:nth-child(even) td{background:#fafafa}
 tr.best td{font-weight:700}
 td.check{text-align:center;font-weight:700}
@@ -306,8 +316,12 @@ def _html_table(table: pd.DataFrame, columns: list[str], *, best: int | None = N
         cells = []
         for column in columns:
             text, cls = _cell(table[column].iat[i], column)
-            cells.append(f'<td class="{cls}">{html.escape(text)}</td>' if cls
-                         else f"<td>{html.escape(text)}</td>")
+            shown = html.escape(text)
+            if column == "seconds" and " (" in text:  # the range under the median: narrow
+                median, spread = text.split(" (", 1)
+                shown = (f'{html.escape(median)}<br><span class="spread">'
+                         f"{html.escape(spread.rstrip(')').replace('-', '–'))}</span>")
+            cells.append(f'<td class="{cls}">{shown}</td>' if cls else f"<td>{shown}</td>")
         attr = ' class="best"' if best == i else ""
         body.append(f"<tr{attr}>{''.join(cells)}</tr>")
     return (f'<div class="scroll"><table class="{css}"><thead><tr>{head}</tr></thead>'
@@ -352,10 +366,12 @@ def _html_columns(cmp: pd.DataFrame) -> list[str]:
 
 def _repeats(cmp: pd.DataFrame) -> str:
     counts = cmp["repeats"].astype(int)
+    spread = " Under each median: the fastest and slowest repeat's seconds."
     if counts.nunique() > 1:
-        return "Medians over each configuration's repeats."
+        return "Medians over each configuration's repeats." + spread
     n = int(counts.iloc[0])
-    return "One run per configuration." if n == 1 else f"Medians of {n} repeats each."
+    return "One run per configuration." if n == 1 else f"Medians of {n} repeats each." \
+        + spread
 
 
 def _largest(table: pd.DataFrame) -> str:
@@ -403,7 +419,7 @@ def render_html(rep: Report) -> str:
             f'<p class="meta">{int(top["neurons"]):,} neurons, {int(top["layers"])} layers, '
             f"{int(top['edges']):,} edges.</p>",
             f'<p class="headline">{esc(section.headline)}</p>',
-            _html_table(section.cmp, _html_columns(section.cmp), best=best,
+            _html_table(with_spread(section.cmp), _html_columns(section.cmp), best=best,
                         css="comparison"),
             f'<p class="meta">{_repeats(section.cmp)} Bold: the fastest configuration that '
             "passed. Ratios above 1 are faster than the baseline; × data compares with the "

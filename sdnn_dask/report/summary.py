@@ -25,6 +25,7 @@ from .tables import (
     latest_runs,
     problems,
     rank,
+    with_spread,
 )
 
 #: The comparison columns the reports show, in order.
@@ -37,7 +38,8 @@ SHOWN = ["strategy", "partition", "row_partition", "transport", "placement",
 #: What each column of the comparison means (the reports' legend).
 COLUMN_NOTES = {
     "seconds": "median inference wall time over the repeats (weights and input blocks "
-               "already on the workers)",
+               "already on the workers), the fastest and slowest repeat in brackets "
+               "(min-max) where there were several",
     "edges_per_s": "inputs x edges / seconds",
     "speedup": "the serial reference recurrence's seconds / these seconds",
     "vs_kernel": "the serial compiled kernel's seconds / these seconds",
@@ -158,7 +160,7 @@ def summary_markdown(records: pd.DataFrame, *, title: str = "sdnn_dask compariso
             "",
             headline(rows),
             "",
-            to_markdown(rows, shown_columns(rows)),
+            to_markdown(with_spread(rows), shown_columns(rows)),
             "",
         ]
         memory = per_worker[(per_worker["network"].astype(str) == network)

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
+from ..formatting import format_cell
 from ..records import RUN_DTYPES, RUN_LEVEL, typed
 
 #: What identifies a configuration: repeats of one configuration are pooled.
@@ -128,12 +129,14 @@ def comparison(records: pd.DataFrame, baseline: str = "reference") -> pd.DataFra
     Returns
     -------
     pandas.DataFrame
-        :data:`CONFIG`, then ``repeats, seconds, edges_per_s, speedup, vs_kernel, vs_data,
-        imbalance, survivor_imbalance, mb_moved, predicted_volume, check, neurons, layers,
-        edges``, sorted by :func:`sort_configurations`. ``seconds`` and ``edges_per_s``
-        are medians over the repeats; ``mb_moved`` the median of the bytes moved between
-        workers (model and hybrid runs), in MB; ``check`` is ``PASS`` only if every repeat
-        passed.
+        :data:`CONFIG`, then ``repeats, seconds, seconds_min, seconds_max, edges_per_s,
+        speedup, vs_kernel, vs_data, imbalance, survivor_imbalance, work_imbalance,
+        max_block_s, mb_moved, predicted_volume, check, neurons, layers, edges``, sorted by
+        :func:`sort_configurations`. ``seconds`` and ``edges_per_s`` are medians over the
+        repeats, ``seconds_min`` and ``seconds_max`` the fastest and slowest repeat's
+        seconds (:func:`with_spread` shows them beside the median); ``mb_moved`` the
+        median of the bytes moved between workers (model and hybrid runs), in MB;
+        ``check`` is ``PASS`` only if every repeat passed.
 
         ``vs_data`` is the data-parallelism ratio: the median seconds of the fastest
         data-parallel configuration of the same network with the **same number of workers**,
@@ -146,6 +149,8 @@ def comparison(records: pd.DataFrame, baseline: str = "reference") -> pd.DataFra
     out = grouped.agg(
         repeats=("run_id", "count"),
         seconds=("wall_s", "median"),
+        seconds_min=("wall_s", "min"),
+        seconds_max=("wall_s", "max"),
         edges_per_s=("edges_per_s", "median"),
         imbalance=("imbalance", "median"),
         survivor_imbalance=("survivor_imbalance", "median"),
@@ -164,10 +169,36 @@ def comparison(records: pd.DataFrame, baseline: str = "reference") -> pd.DataFra
     out["vs_kernel"] = _best_seconds(out, passed & (strategy == "kernel")) / out["seconds"]
     out["vs_data"] = _best_seconds(out, passed & (strategy == "data"), ["workers"]) \
         / out["seconds"]
-    columns = [*CONFIG, "repeats", "seconds", "edges_per_s", "speedup", "vs_kernel",
-               "vs_data", "imbalance", "survivor_imbalance", "work_imbalance", "max_block_s",
-               "mb_moved", "predicted_volume", "check", "neurons", "layers", "edges"]
+    columns = [*CONFIG, "repeats", "seconds", "seconds_min", "seconds_max", "edges_per_s",
+               "speedup", "vs_kernel", "vs_data", "imbalance", "survivor_imbalance",
+               "work_imbalance", "max_block_s", "mb_moved", "predicted_volume", "check",
+               "neurons", "layers", "edges"]
     return sort_configurations(out[columns])
+
+
+def spread_text(median: float, low: float, high: float, repeats: int = 2) -> str:
+    """A median with its range, ``1.230 (1.100-1.410)``; the median alone for one repeat
+    (its range says nothing) and blank when it is missing."""
+    if pd.isna(median):
+        return ""
+    text = format_cell(float(median), "seconds")
+    if pd.isna(repeats) or int(repeats) <= 1 or pd.isna(low) or pd.isna(high):
+        return text
+    return (f"{text} ({format_cell(float(low), 'seconds')}-"
+            f"{format_cell(float(high), 'seconds')})")
+
+
+def with_spread(cmp: pd.DataFrame) -> pd.DataFrame:
+    """A copy of a :func:`comparison` for display: ``seconds`` as text, the median with
+    the fastest and slowest repeat beside it (:func:`spread_text`), so a table shows how
+    far the repeats stray. Unchanged without ``seconds_min`` (a frame from elsewhere)."""
+    if not {"seconds", "seconds_min", "seconds_max"} <= set(cmp.columns):
+        return cmp
+    repeats = cmp["repeats"] if "repeats" in cmp else pd.Series(2, index=cmp.index)
+    out = cmp.copy()
+    out["seconds"] = [spread_text(m, lo, hi, n) for m, lo, hi, n in zip(
+        cmp["seconds"], cmp["seconds_min"], cmp["seconds_max"], repeats, strict=True)]
+    return out
 
 
 def problems(table: pd.DataFrame) -> list[tuple[tuple[str, int], pd.DataFrame]]:

@@ -1,0 +1,75 @@
+"""The comparison tables as a reader sees them: the spread of the repeats beside each median,
+the settings in which rows differ, and the terminal table's legend; on hand-made records
+whose numbers are worked out by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from sdnn_dask import report
+from sdnn_dask.records import RUN_DTYPES, typed
+from sdnn_dask.report import html as html_report
+
+
+def _run(strategy, partition, wall, *, workers=1, blocks=None, parts=1, transport="",
+         bytes_moved=None, **settings):
+    """One run's records (one row per block), network ``A``, study ``s``."""
+    blocks = blocks or workers
+    return pd.DataFrame({
+        "study": "s", "time": "t1", "host": "h", "strategy": strategy,
+        "run_id": f"{strategy}-{partition}-{workers}-{wall}-{sorted(settings.items())}",
+        "partition": partition, "network": "A", "neurons": 1024, "layers": 120,
+        "edges": 1000, "inputs": 10, "workers": workers, "blocks": blocks, "parts": parts,
+        "row_groups": blocks if strategy == "data" else 1, "transport": transport,
+        "block": range(blocks), "worker": "w", "rows": 5, "survivors": 1, "compute_s": wall,
+        "wall_s": wall, "edges_per_s": 10 * 1000 / wall, "imbalance": 1.0,
+        "survivor_imbalance": 1.0, "bytes_moved": bytes_moved, "check": "PASS",
+        "check_against": "reference", "max_abs_diff": 0.0, **settings,
+    })
+
+
+def _records(*runs: pd.DataFrame) -> pd.DataFrame:
+    return typed(pd.concat(runs, ignore_index=True), RUN_DTYPES)
+
+
+def _repeated() -> pd.DataFrame:
+    """Three repeats of the kernel (1.1, 1.23, 1.41 s), two of data hash, one reference."""
+    return _records(
+        _run("reference", "none", 4.0),
+        *(_run("kernel", "none", w) for w in (1.23, 1.41, 1.1)),
+        *(_run("data", "hash", w, workers=2) for w in (0.5, 0.7)),
+    )
+
+
+# --------------------------------------------------------------------------- the spread
+
+def test_the_comparison_keeps_the_fastest_and_slowest_repeat():
+    cmp = report.comparison(_repeated()).set_index("strategy")
+    assert cmp.loc["kernel", ["seconds", "seconds_min", "seconds_max"]].tolist() == [
+        1.23, 1.1, 1.41]
+    assert cmp.loc["data", ["seconds", "seconds_min", "seconds_max"]].tolist() == \
+        [0.6, 0.5, 0.7]
+    assert cmp.loc["reference", ["seconds_min", "seconds_max"]].tolist() == [4.0, 4.0]
+
+
+def test_spread_text_beside_the_median():
+    assert report.spread_text(1.23, 1.1, 1.41, 3) == "1.230 (1.100-1.410)"
+    assert report.spread_text(4.0, 4.0, 4.0, 1) == "4.000"  # one repeat: no range
+    assert report.spread_text(np.nan, np.nan, np.nan, 0) == ""
+    shown = report.with_spread(report.comparison(_repeated())).set_index("strategy")
+    assert shown.loc["kernel", "seconds"] == "1.230 (1.100-1.410)"
+    assert shown.loc["data", "seconds"] == "0.600 (0.500-0.700)"
+    assert shown.loc["reference", "seconds"] == "4.000"
+
+
+def test_the_markdown_and_the_page_show_the_spread():
+    records = _repeated()
+    summary = report.summary_markdown(records)
+    assert "| kernel | none |" in summary and "| 1.230 (1.100-1.410) |" in summary
+    assert "the fastest and slowest repeat in brackets (min-max)" in summary
+    page = html_report.html_report(records, pd.DataFrame())
+    assert ('<td class="num">1.230<br><span class="spread">1.100–1.410</span></td>'
+            in page)
+    assert "<th>seconds: median (min–max)</th>" in page
+    assert '<td class="num">4.000</td>' in page  # one repeat: the median alone
