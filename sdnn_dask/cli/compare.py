@@ -9,7 +9,6 @@ import contextlib
 from pathlib import Path
 
 from .. import study
-from ..formatting import to_text
 from ..registry import NEURON_PARTITIONS, ROW_PARTITIONS
 from ..report import outputs
 from ..study import RunSpec, StudyError
@@ -19,7 +18,7 @@ from .common import (
     all_or_nothing,
     check_row_groups,
     check_writable_folder,
-    compare_columns,
+    comparison_text,
     exit_code_after_checks,
     load_problem,
     open_client,
@@ -79,12 +78,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         try:
             found = study.compare(problem, client, specs=specs, repeat=args.repeat,
                                   warm_up=not args.no_warm_up, progress=progress.say,
-                                  on_run=on_run)
+                                  on_run=on_run, bar=not args.quiet)
         except StudyError as error:
             raise UsageError(str(error)) from error
     print()
     table = found.comparison()
-    print(to_text(table, compare_columns(table)))
+    print(comparison_text(table))
     if not args.no_write:
         written: list[Path] = []
         code = all_or_nothing("the results", args.results, lambda: written.extend(

@@ -1,10 +1,16 @@
 """The notebook's one call: :func:`compare` runs a list of run specs on one problem and
-returns their records."""
+returns their records; :class:`RunBar`, the progress bar over the runs it and
+:meth:`~.study.Study.run` show; :func:`owned_client`, how both close a cluster they
+started."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+import contextlib
+import logging
+import sys
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
@@ -22,8 +28,9 @@ if TYPE_CHECKING:
 
 def compare(problem: Problem, client: Client | None = None, *, cluster: Any = None,
             specs: Sequence[RunSpec] | None = None, repeat: int = 1, study: str | None = None,
-            warm_up: bool = True, progress: Callable[[str], None] | None = None,
-            on_run: Callable[[RunOutcome, int, int], None] | None = None) -> Records:
+            warm_up: bool = True, progress: Callable[[str], None] | Literal[False] | None = None,
+            on_run: Callable[[RunOutcome, int, int], None] | None = None,
+            bar: bool = True) -> Records:
     """Run every spec ``repeat`` times on ``problem`` and return the records.
 
     Parameters
@@ -46,15 +53,20 @@ def compare(problem: Problem, client: Client | None = None, *, cluster: Any = No
     warm_up
         An untimed run of each executor before its first timed one.
     progress
-        Called with a message for each set-up step.
+        Called with a message for each set-up step; ``False``: silent, no bar either.
     on_run
         Called as ``(outcome, done, total)`` after each run.
+    bar
+        A progress bar over the runs, the current one's spec in its description (on
+        stderr; a widget in a notebook with ipywidgets): :class:`RunBar`.
 
     Returns
     -------
     Records
         Every run's records, in the order run; a failed check is recorded as FAIL.
     """
+    if progress is False:
+        progress, bar = None, False
     specs = list(default_specs() if specs is None else specs)
     study = study or records.new_study_id()
     needs_cluster = any(s.strategy not in SERIAL_STRATEGIES for s in specs)
@@ -65,31 +77,42 @@ def compare(problem: Problem, client: Client | None = None, *, cluster: Any = No
         from ..cluster import cluster_client
 
         client = cluster_client(cluster)
-    try:
-        runner = Runner(problem, client, study=study, warm_up=warm_up, progress=progress)
-        for spec in specs:
+    total = len(specs) * repeat
+    with owned_client(client if own else None):
+        runner = Runner(problem, client, study=study, warm_up=warm_up)
+        for spec in specs:  # every spec checked before the bar, and any run, starts
             runner.check(spec)
-        undecided = 0
-        if problem.sampled is None:  # else each run checks a sample of its rows
-            say(progress, "the float64 reference with float32 rounding bounds (the check)")
-            undecided = len(problem.reference().undecided)
-        if undecided:
-            say(progress, f"{undecided} ill-conditioned row(s): their ReLU's bias rule lies "
-                          "within float32 rounding, so they are checked against the truth "
-                          "only (if any)")
-        outcomes = []
-        total = len(specs) * repeat
-        order = [(r, s) for r in range(repeat) for s in serial_first(specs)]
-        for done, (r, spec) in enumerate(order, start=1):
-            outcome = runner.run(spec, repeat=r)
-            outcomes.append(outcome)
-            if on_run is not None:
-                on_run(outcome, done, total)
-    finally:
-        if own:
-            client.close()
+        with RunBar(total, bar) as runs:
+            runner.progress = progress = runs.around(progress)
+            outcomes = _run_all(runner, problem, specs, repeat, runs, progress,
+                                runs.around(on_run))
     return Records(records.records_frame([o.records.runs for o in outcomes]),
                    _concat([o.records.layers for o in outcomes], records.LAYER_DTYPES))
+
+
+def _run_all(runner: Runner, problem: Problem, specs: Sequence[RunSpec], repeat: int,
+             runs: RunBar, progress: Callable[[str], None] | None,
+             on_run: Callable[[RunOutcome, int, int], None] | None) -> list[RunOutcome]:
+    """Compute the check's reference, then every run in :func:`compare`'s order."""
+    undecided = 0
+    if problem.sampled is None:  # else each run checks a sample of its rows
+        runs.start("the float64 reference (the check)")
+        say(progress, "the float64 reference with float32 rounding bounds (the check)")
+        undecided = len(problem.reference().undecided)
+    if undecided:
+        say(progress, f"{undecided} ill-conditioned row(s): their ReLU's bias rule lies "
+                      "within float32 rounding, so they are checked against the truth only "
+                      "(if any)")
+    outcomes = []
+    order = [(r, s) for r in range(repeat) for s in serial_first(specs)]
+    for done, (r, spec) in enumerate(order, start=1):
+        runs.start(spec.label)
+        outcome = runner.run(spec, repeat=r)
+        outcomes.append(outcome)
+        runs.done(f"{outcome.result.wall_seconds:.3f} s {outcome.check}")
+        if on_run is not None:
+            on_run(outcome, done, len(order))
+    return outcomes
 
 
 def _concat(frames: list[pd.DataFrame], dtypes: dict[str, str]) -> pd.DataFrame:
@@ -97,3 +120,96 @@ def _concat(frames: list[pd.DataFrame], dtypes: dict[str, str]) -> pd.DataFrame:
     if not frames:
         return records.typed(pd.DataFrame(columns=list(dtypes)), dtypes)
     return pd.concat(frames, ignore_index=True)
+
+
+@contextlib.contextmanager
+def owned_client(client: Client | None) -> Iterator[None]:
+    """Close ``client`` (one started for the caller; ``None``: nothing to close) on the way
+    out. After an error or a Ctrl-C its workers may be mid-task, and closing them makes the
+    nannies log that they had to kill them: those logs are silenced then, so the error (or
+    the interrupt) is all that is said."""
+    if client is None:
+        yield
+        return
+    try:
+        yield
+    except BaseException:
+        logging.disable(logging.CRITICAL)
+        try:
+            client.close()
+        finally:
+            logging.disable(logging.NOTSET)
+        raise
+    client.close()
+
+
+class RunBar:
+    """A tqdm bar over a list of runs, on stderr (a widget in a notebook).
+
+    ``tqdm.auto`` picks the notebook widget in a Jupyter kernel; without ipywidgets it falls
+    back to the text bar, here without its warning (the text bar is a fine bar). Messages
+    said while the bar is drawn go through :meth:`around`, so they print above it rather
+    than through it.
+
+    Parameters
+    ----------
+    total
+        Runs the bar counts.
+    enabled
+        ``False`` (or no runs): no bar, every method a no-op.
+    name
+        What runs (a study's name): the description is ``name: <the run>`` (default: the
+        run alone, ``runs`` before the first).
+
+    Examples
+    --------
+    >>> with RunBar(2, enabled=False) as runs:
+    ...     runs.start("kernel")
+    ...     runs.done("0.1 s PASS")
+    """
+
+    def __init__(self, total: int, enabled: bool = True, name: str | None = None):
+        self.total = total
+        self.enabled = enabled and total > 0
+        self.name = name
+        self.bar: Any = None
+
+    def __enter__(self) -> RunBar:
+        if self.enabled:
+            with warnings.catch_warnings():  # "IProgress not found": the text bar then
+                warnings.filterwarnings("ignore", message="IProgress not found")
+                from tqdm.auto import tqdm
+            self.bar = tqdm(total=self.total, desc=self.name or "runs", unit="run",
+                            file=sys.stderr, dynamic_ncols=True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            if self.bar.n == self.total:  # the last line names what ran, not its last run
+                self.bar.set_description_str(self.name or "runs", refresh=False)
+            self.bar.close()
+            self.bar = None
+
+    def start(self, label: str) -> None:
+        """Name the run (or step) under way in the bar's description."""
+        if self.bar is not None:
+            self.bar.set_description_str(f"{self.name}: {label}" if self.name else label)
+
+    def done(self, message: str = "") -> None:
+        """Count a run as done; ``message`` (its time and check) shown after the bar."""
+        if self.bar is not None:
+            self.bar.set_postfix_str(message, refresh=False)
+            self.bar.update(1)
+
+    def around(self, say: Callable[..., None] | None) -> Callable[..., None] | None:
+        """``say``, printing above the bar: the bar is cleared while it prints, then redrawn
+        (``None`` stays ``None``)."""
+        if say is None or self.bar is None:
+            return say
+        write_mode = type(self.bar).external_write_mode
+
+        def above_the_bar(*args: Any) -> None:
+            with write_mode(file=sys.stderr):
+                say(*args)
+
+        return above_the_bar

@@ -4,22 +4,21 @@ interrupted study resumes where it stopped."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import gc
 import itertools
 import math
 import os
 import re
-import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from .. import config, records
 from ..parallel.allocator import trim_memory
 from ..registry import SERIAL_STRATEGIES, STRATEGIES
+from .comparison import RunBar, owned_client
 from .outcomes import Records
 from .problem import DEFAULT_ROWS, Problem, ProblemSpec, check_input_size, load_problem
 from .runner import Runner
@@ -218,7 +217,7 @@ class Study:
                     yield problem, repeat, spec
 
     def run(self, client: Client | None, results: str | os.PathLike, *, resume: bool = False,
-            progress: Callable[[str], None] | None = None, bar: bool = True,
+            progress: Callable[[str], None] | Literal[False] | None = None, bar: bool = True,
             report: bool = True) -> Records:
         """Run every configuration not yet recorded in ``results``, writing each run there
         as soon as it finishes.
@@ -235,9 +234,12 @@ class Study:
             Skip the runs already recorded there. Without it, a folder that holds runs is
             an error (a study is not mixed with an older one by accident).
         progress
-            Called with a message for each step.
+            Called with a message for each step; ``False``: silent, no bar either.
         bar
-            A tqdm progress bar over the runs (on stderr; a widget in a notebook).
+            A progress bar over the runs, the current one's spec in its description (on
+            stderr; a widget in a notebook with ipywidgets): :class:`~.comparison.RunBar`.
+            A Ctrl-C stops the study after the cluster started here (if any) is closed,
+            quietly; the runs recorded so far stay, for ``resume``.
         report
             Write the CSV export and the report at the end.
 
@@ -246,6 +248,8 @@ class Study:
         Records
             Every run recorded in ``results`` (earlier ones included).
         """
+        if progress is False:
+            progress, bar = None, False
         results = Path(results)
         check_results_folder(results)
         done = records.recorded_keys(results)
@@ -254,7 +258,6 @@ class Study:
                              "them (--resume) or choose another folder")
         keys = {(p, r, s): run_key(p.key(), s, r) for p, r, s in self.plan()}
         pending = [t for t, key in keys.items() if key not in done]
-        loaded: dict[ProblemSpec, Problem] = {}
         say(progress, f"study {self.name}: {self.total} run(s), {self.total - len(pending)} "
                       f"already recorded, {len(pending)} to run")
         own = client is None and any(s.strategy not in SERIAL_STRATEGIES
@@ -263,39 +266,14 @@ class Study:
             from ..cluster import local_client
 
             client = local_client(self.workers)
-        if client is not None:
-            have = len(client.nthreads())
-            for spec in self.specs:
-                if spec.workers and spec.workers > have:
-                    raise StudyError(f"{spec.label}: workers {spec.workers}, but the cluster "
-                                     f"has {have}")
-        results.mkdir(parents=True, exist_ok=True)
-        for sub in (records.RUNS_DIR, records.LAYERS_DIR):  # a write cut short by a kill
-            for stale in (results / sub).glob(".*.tmp"):
-                stale.unlink(missing_ok=True)
-        try:
-            with _bar(len(pending), bar, self.name) as tick:
-                runner = None
-                for problem_spec, repeat, spec in pending:
-                    if problem_spec not in loaded:
-                        # one problem in memory at a time: the last one's runner (its
-                        # executors hold weights on the workers) goes before the next loads
-                        loaded.clear()
-                        runner = outcome = None
-                        gc.collect()
-                        trim_memory()
-                        loaded[problem_spec] = load_problem(problem_spec, progress=progress)
-                        runner = Runner(loaded[problem_spec], client, study=self.name,
-                                        warm_up=self.warm_up, progress=progress)
-                    outcome = runner.run(spec, repeat=repeat)
-                    records.write_run(results, keys[problem_spec, repeat, spec],
-                                      outcome.records.runs, outcome.records.layers)
-                    tick(f"{spec.label}: {outcome.result.wall_seconds:.3f} s "
-                         f"{outcome.check}")
-                    trim_memory()  # a serial run's freed tiles, before the next run
-        finally:
-            if own:
-                client.close()
+        with owned_client(client if own else None):
+            if client is not None:
+                have = len(client.nthreads())
+                for spec in self.specs:
+                    if spec.workers and spec.workers > have:
+                        raise StudyError(f"{spec.label}: workers {spec.workers}, but the "
+                                         f"cluster has {have}")
+            self._run_pending(client, results, pending, keys, progress, bar)
         everything = Records(records.read_records(results, "runs"),
                              records.read_records(results, "layers"))
         if report:
@@ -305,6 +283,38 @@ class Study:
             write_report_files(results, everything.runs, everything.layers,
                                say=progress or (lambda message: None))
         return everything
+
+    def _run_pending(self, client: Client | None, results: Path,
+                     pending: list[tuple[ProblemSpec, int, RunSpec]], keys: dict,
+                     progress: Callable[[str], None] | None, bar: bool) -> None:
+        """Run ``pending`` (:meth:`run`'s runs not yet recorded), each written to
+        ``results`` as it finishes, under a :class:`~.comparison.RunBar`."""
+        results.mkdir(parents=True, exist_ok=True)
+        for sub in (records.RUNS_DIR, records.LAYERS_DIR):  # a write cut short by a kill
+            for stale in (results / sub).glob(".*.tmp"):
+                stale.unlink(missing_ok=True)
+        loaded: dict[ProblemSpec, Problem] = {}
+        with RunBar(len(pending), bar, self.name) as runs:
+            progress = runs.around(progress)
+            runner = None
+            for problem_spec, repeat, spec in pending:
+                if problem_spec not in loaded:
+                    # one problem in memory at a time: the last one's runner (its executors
+                    # hold weights on the workers) goes before the next loads
+                    loaded.clear()
+                    runner = outcome = None
+                    gc.collect()
+                    trim_memory()
+                    runs.start(f"loading {problem_spec.label}")
+                    loaded[problem_spec] = load_problem(problem_spec, progress=progress)
+                    runner = Runner(loaded[problem_spec], client, study=self.name,
+                                    warm_up=self.warm_up, progress=progress)
+                runs.start(spec.label)
+                outcome = runner.run(spec, repeat=repeat)
+                records.write_run(results, keys[problem_spec, repeat, spec],
+                                  outcome.records.runs, outcome.records.layers)
+                runs.done(f"{outcome.result.wall_seconds:.3f} s {outcome.check}")
+                trim_memory()  # a serial run's freed tiles, before the next run
 
 
 def max_runs() -> int:
@@ -370,22 +380,6 @@ def check_results_folder(results: Path) -> None:
         if part.is_dir():
             raise StudyError(f"{part}: a folder where the study writes a file (move it "
                              "away, or choose another --results)")
-
-
-@contextlib.contextmanager
-def _bar(total: int, enabled: bool, name: str) -> Iterator[Callable[[str], None]]:
-    """A ``tick(message)`` that advances a tqdm bar (auto: a widget in a notebook)."""
-    if not enabled or total == 0:
-        yield lambda message: None
-        return
-    from tqdm.auto import tqdm
-
-    with tqdm(total=total, desc=name, unit="run", file=sys.stderr, dynamic_ncols=True) as bar:
-        def tick(message: str) -> None:
-            bar.set_postfix_str(message, refresh=False)
-            bar.update(1)
-
-        yield tick
 
 
 def _is_type(value: Any, kind: type | tuple[type, ...]) -> bool:
