@@ -9,7 +9,6 @@ import contextlib
 import sys
 
 from .. import records, study
-from ..formatting import to_text
 from ..study import StudyError
 from .common import (
     DEFAULT_RESULTS,
@@ -17,11 +16,12 @@ from .common import (
     UsageError,
     check_workers,
     check_writable_folder,
-    compare_columns,
+    comparison_text,
     exit_code_after_checks,
     is_interrupt,
     open_client,
 )
+from .compare import say_dashboard
 
 
 def cmd_study(args: argparse.Namespace) -> int:
@@ -56,6 +56,7 @@ def cmd_study(args: argparse.Namespace) -> int:
     try:
         with contextlib.ExitStack() as stack:
             client = None if serial else stack.enter_context(open_client(args, progress))
+            say_dashboard(client, progress)
             try:
                 found = grid.run(client, results, resume=args.resume, progress=progress.say,
                                  bar=not args.quiet)
@@ -70,6 +71,6 @@ def cmd_study(args: argparse.Namespace) -> int:
               f"{results}/: go on with --resume", file=sys.stderr)
         return 130
     table = found.comparison()
-    print(to_text(table, compare_columns(table, ["network", "inputs"])))
+    print(comparison_text(table, ["network", "inputs"]))
     print(f"\nrecords and report in {results}/ (report.html, summary.md, records.csv)")
     return exit_code_after_checks(len(found.failed), "run(s)", blank_line=True)

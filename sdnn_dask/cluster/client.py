@@ -2,7 +2,8 @@
 
 :func:`make_cluster` makes the cluster a profile names; :func:`cluster_client` also
 connects a client and waits for the workers; :func:`connect` reaches a running scheduler;
-:func:`local_client` is the short way to a client on a new local cluster.
+:func:`local_client` is the short way to a client on a new local cluster;
+:func:`dashboard_line` says where the cluster's dashboard is.
 """
 
 from __future__ import annotations
@@ -244,3 +245,38 @@ def local_client(n_workers: int | None = None, **kwargs: Any) -> Client:
     client = _owning_client(cluster)
     client.wait_for_workers(len(cluster.workers))
     return client
+
+
+#: What :func:`dashboard_line` says when the scheduler has no bokeh, hence no dashboard.
+DASHBOARD_MISSING = "dashboard: not running (pip install 'sdnn_dask[dashboard]')"
+
+
+def dashboard_line(client: Client) -> str:
+    """One line saying where the client's cluster shows its Dask dashboard.
+
+    The scheduler serves HTTP either way, and ``client.dashboard_link`` is a URL either
+    way; without bokeh (the ``dashboard`` extra) the page there only says bokeh is
+    missing. So the scheduler is asked whether it loaded the dashboard.
+
+    Parameters
+    ----------
+    client
+        A connected client.
+
+    Returns
+    -------
+    str
+        ``dashboard: http://host:port/status``, or :data:`DASHBOARD_MISSING`. A scheduler
+        that cannot be asked (one that refuses to run the question) gets its link.
+    """
+    def has_dashboard() -> bool:  # run on the scheduler, pickled by value
+        import sys
+
+        return "distributed.dashboard.scheduler" in sys.modules
+
+    try:
+        served = client.run_on_scheduler(has_dashboard)
+    except Exception:  # any refusal: the link is still the best thing to show
+        served = True
+    link = client.dashboard_link
+    return f"dashboard: {link}" if served and link else DASHBOARD_MISSING
