@@ -22,7 +22,7 @@ from distributed import Client, LocalCluster
 
 from sdnn_dask.core.kernels import forward_block
 from sdnn_dask.data.radixnet import make_inputs, make_network
-from sdnn_dask.parallel.data import DataParallelExecutor
+from sdnn_dask.parallel.data_executor import DataParallelExecutor
 from sdnn_dask.partition import imbalance
 
 

@@ -10,7 +10,7 @@ layouts of each layer's input tile and partial errors:
   still lays its tiles out so): the tile's rows in the order of the slice's ``needed``
   neurons; a part gathers its own outputs into it row by row, then each peer's piece
   row by row, and backward gathers each peer's partial errors out of its tile;
-- **own** (:class:`sdnn_dask.training.direct._PartWorkspace`): the tile's head is the
+- **own** (:class:`sdnn_dask.training.slot_task._PartWorkspace`): the tile's head is the
   part's own outputs, written there by the layer below, and each peer's piece is one
   block, copied whole; ``W^T``'s column ids and ``W``'s rows point into that layout.
 
@@ -36,8 +36,8 @@ from sdnn_dask.parallel.allocator import tune_allocator
 from sdnn_dask.partition import make_neuron_partition
 from sdnn_dask.training import init_model
 from sdnn_dask.training.compiled import delta_t, gather_delta, gather_rows, layer_backward_t
-from sdnn_dask.training.direct import _PartWorkspace
-from sdnn_dask.training.parts import slice_model, sum_plan
+from sdnn_dask.training.model_parts import slice_model, sum_plan
+from sdnn_dask.training.slot_task import _PartWorkspace
 
 
 class _Clock:

@@ -51,8 +51,8 @@ from sdnn_dask.partition import make_neuron_partition
 from sdnn_dask.training import SGD, init_model, train_step
 from sdnn_dask.training.compiled import Workspace
 from sdnn_dask.training.data_parallel import DataParallelTrainer
-from sdnn_dask.training.data_step import BUCKET_BYTES
 from sdnn_dask.training.model_parallel import ModelParallelTrainer
+from sdnn_dask.training.replicas import BUCKET_BYTES
 
 #: The wait after each serial step (see ``bench_training_loop.py``).
 SETTLE_SECONDS = 0.25

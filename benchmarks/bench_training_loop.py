@@ -20,7 +20,7 @@ sleep: the serial's compute in this process slows the workers for a while after)
 
 ``--buckets 64KiB 1MiB``: one data-parallel configuration per size of the gradient's
 buckets (``DataParallelTrainer(bucket_bytes=)``, the least bytes sent at once during the
-backward; default: :data:`~sdnn_dask.training.data_step.BUCKET_BYTES` alone), each in
+backward; default: :data:`~sdnn_dask.training.replicas.BUCKET_BYTES` alone), each in
 the same epochs, so what a size buys is measured against the others in one run; their
 steps are checked equal bit for bit (a bucket's size changes when it goes, not its sum).
 
@@ -56,11 +56,11 @@ from sdnn_dask.parallel.allocator import tune_allocator
 from sdnn_dask.training import SGD, train_step
 from sdnn_dask.training.compiled import Workspace
 from sdnn_dask.training.data_parallel import DataParallelTrainer
-from sdnn_dask.training.data_step import BUCKET_BYTES
 from sdnn_dask.training.digits import digits_model, load_digits_1024
 from sdnn_dask.training.loop import batches, step_bytes
 from sdnn_dask.training.model_parallel import ModelParallelTrainer
-from sdnn_dask.training.persistent import slot_compute
+from sdnn_dask.training.replicas import BUCKET_BYTES
+from sdnn_dask.training.trainer import slot_compute
 
 LOSS_RTOL = 1e-3
 #: The wait after each serial epoch (see the module docstring).

@@ -28,7 +28,7 @@ from sdnn_dask.data import io, store
 from sdnn_dask.data.radixnet import make_inputs, make_network
 from sdnn_dask.data.streaming import StreamedNetwork
 from sdnn_dask.parallel.faults import connected
-from sdnn_dask.parallel.model import ModelParallelExecutor
+from sdnn_dask.parallel.model_executor import ModelParallelExecutor
 from sdnn_dask.parallel.slabs.slices import (
     SlicesError,
     StaleSlicesWarning,

@@ -12,8 +12,8 @@ import pytest
 from sdnn_dask.cluster import cluster_client
 from sdnn_dask.data.radixnet import make_inputs, make_network
 from sdnn_dask.parallel import ModelParallelExecutor, RunAborted, run_serial
-from sdnn_dask.parallel.transport.run import active_runs
 from sdnn_dask.parallel.transport.exchange import EXTENSION, PieceExchange, _Run, wait_pieces
+from sdnn_dask.parallel.transport.run import active_runs
 from sdnn_dask.testing import assert_same_result
 
 

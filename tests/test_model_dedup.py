@@ -14,7 +14,7 @@ from sdnn_dask.core.kernels import KernelSettings, forward_block
 from sdnn_dask.core.network import Network
 from sdnn_dask.data import store
 from sdnn_dask.data.radixnet import make_inputs, make_network
-from sdnn_dask.parallel.model import ModelParallelExecutor
+from sdnn_dask.parallel.model_executor import ModelParallelExecutor
 from sdnn_dask.parallel.slabs import PART_TRACE_COLUMNS, Slab, forward_parts, label_rows
 from sdnn_dask.parallel.slabs.shared_rows import PartRows, drop_rows, identical_rows
 from sdnn_dask.partition import NeuronPartition, make_neuron_partition

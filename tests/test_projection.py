@@ -26,7 +26,7 @@ from sdnn_dask.projection import (
 )
 from sdnn_dask.projection.kernel_work import kernel_estimate as _kernel_estimate
 from sdnn_dask.projection.kernel_work import kernel_schedule as _kernel_schedule
-from sdnn_dask.projection.parts import part_work as _part_work
+from sdnn_dask.projection.part_work import part_work as _part_work
 
 DENSITY = 0.1
 SETTINGS = KernelSettings(0.05, 1 << 20)

@@ -16,7 +16,7 @@ from sdnn_dask.core.reference import infer_reference
 from sdnn_dask.data import store
 from sdnn_dask.data.radixnet import make_inputs, make_network
 from sdnn_dask.data.streaming import StreamedNetwork
-from sdnn_dask.parallel.model import ModelParallelExecutor
+from sdnn_dask.parallel.model_executor import ModelParallelExecutor
 from sdnn_dask.parallel.slabs import forward_parts, make_part_plans
 from sdnn_dask.parallel.slabs.slices import (
     StaleSlicesWarning,
@@ -289,7 +289,7 @@ def test_the_cli_runs_model_parallelism_and_the_hybrid_on_a_streamed_store(held,
 @pytest.mark.parametrize("weights", ["resident", "streamed"])
 def test_data_parallelism_on_a_store_records_what_each_worker_read(client, net, held,
                                                                    inputs, weights):
-    from sdnn_dask.parallel.data import DataParallelExecutor
+    from sdnn_dask.parallel.data_executor import DataParallelExecutor
 
     executor = DataParallelExecutor(client, held.store.folder, weights=weights)
     result = executor.run(inputs, partition="block")
@@ -306,7 +306,7 @@ def test_data_parallelism_on_a_store_records_what_each_worker_read(client, net, 
 def test_the_report_shows_memory_and_store_reads_per_worker(client, net, held, inputs):
     import pandas as pd
 
-    from sdnn_dask.parallel.data import DataParallelExecutor
+    from sdnn_dask.parallel.data_executor import DataParallelExecutor
     from sdnn_dask.records import run_records
     from sdnn_dask.report.html import html_report
     from sdnn_dask.report.memory import memory_headline, memory_table

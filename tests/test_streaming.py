@@ -26,7 +26,7 @@ from sdnn_dask.data import store
 from sdnn_dask.data.radixnet import make_inputs, make_network
 from sdnn_dask.data.store import NetworkStore
 from sdnn_dask.data.streaming import StreamedNetwork, resident_bytes
-from sdnn_dask.parallel.data import DataParallelExecutor
+from sdnn_dask.parallel.data_executor import DataParallelExecutor
 from sdnn_dask.parallel.serial import run_serial
 from sdnn_dask.parallel.weights import choose_weights
 from sdnn_dask.testing import assert_same_result

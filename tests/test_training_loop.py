@@ -14,14 +14,14 @@ import pytest
 import scipy.sparse as sp
 from distributed import get_task_stream
 
+from sdnn_dask.parallel.transport.collectives import TIMING_KEYS
 from sdnn_dask.parallel.transport.run import active_runs
 from sdnn_dask.training import SGD, fit, fit_trainer, init_model, train_step
 from sdnn_dask.training.compare import make_trainer
 from sdnn_dask.training.data_parallel import DataParallelTrainer
 from sdnn_dask.training.loop import batches
 from sdnn_dask.training.model_parallel import ModelParallelTrainer
-from sdnn_dask.training.persistent import slot_compute, step_seconds
-from sdnn_dask.parallel.transport.collectives import TIMING_KEYS
+from sdnn_dask.training.trainer import slot_compute, step_seconds
 
 CONFIGS = [("data", 1), ("model", 1), ("hybrid", 2)]
 

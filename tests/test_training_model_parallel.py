@@ -279,8 +279,8 @@ def test_the_direct_tiles_hold_every_input_where_the_slice_reads_it(k, method):
     head of layer l's tile (the same memory: nothing is gathered), each peer's piece goes
     whole into its block, and then every column id of ``W^T`` and row of ``W`` points at
     the tile row holding the neuron it names. Checked with neuron ids as the values."""
-    from sdnn_dask.training.direct import _PartWorkspace
-    from sdnn_dask.training.parts import slice_model
+    from sdnn_dask.training.model_parts import slice_model
+    from sdnn_dask.training.slot_task import _PartWorkspace
 
     rng = np.random.default_rng(5)
     model = init_model(_pattern(rng, 48, 4), 3, seed=2)

@@ -9,7 +9,7 @@ import scipy.sparse as sp
 from sdnn_dask.data.radixnet import make_network
 from sdnn_dask.training import SGD, init_model, train_step
 from sdnn_dask.training.data_parallel import TRANSPORTS, DataParallelTrainer, gradient_bytes
-from sdnn_dask.training.data_step import BUCKET_BYTES, gradient_buckets
+from sdnn_dask.training.replicas import BUCKET_BYTES, gradient_buckets
 
 STEPS = 4
 

@@ -3,9 +3,9 @@
 from ..core.result import Agreement, RunResult, compare_outputs, network_info
 from ..registry import STRATEGIES
 from .blocks import run_block
-from .data import DataParallelExecutor
+from .data_executor import DataParallelExecutor
 from .faults import WorkerLostError
-from .model import TRANSPORTS, ModelParallelExecutor
+from .model_executor import TRANSPORTS, ModelParallelExecutor
 from .serial import SERIAL_METHODS, run_serial
 from .transport.exchange import RunAborted
 

@@ -1,5 +1,6 @@
-"""What data- and model-parallel executors share: the workers they use, their set-up, the
-kernel settings their tasks run with, and the one method a caller needs, ``run``.
+"""What data- and model-parallel executors (and the trainers) share: the pool of workers
+they use; for executors also their set-up, the kernel settings their tasks run with, and
+the one method a caller needs, ``run``.
 
 An executor is bound to a pool of workers (default: every worker of the cluster), so one
 cluster can run a study's grid over worker counts: a run with 1 of 2 workers places its
@@ -22,7 +23,40 @@ from ..core.result import RunResult
 from .faults import connected, prepare_workers
 
 
-class Executor:
+class WorkerPool:
+    """A client and the workers of it to use: the base of executors and trainers.
+
+    Parameters
+    ----------
+    client
+        Any ``distributed.Client``.
+    workers
+        Addresses of the workers to use (default: all, including workers that join later);
+        each must be connected now.
+    """
+
+    def __init__(self, client: Client, workers: Iterable[str] | None = None):
+        self.client = client
+        self._pool = None if workers is None else sorted(set(workers))
+        if self._pool is not None:
+            missing = sorted(set(self._pool) - connected(client))
+            if missing or not self._pool:
+                raise ValueError(f"workers {missing or '[]'} are not connected to the "
+                                 "cluster" if missing else "workers: give at least one")
+
+    @property
+    def workers(self) -> list[str]:
+        """The pool's workers connected now, sorted."""
+        now = connected(self.client)
+        return sorted(now if self._pool is None else now & set(self._pool))
+
+    @property
+    def n_workers(self) -> int:
+        """Workers of the pool connected now."""
+        return len(self.workers)
+
+
+class Executor(WorkerPool):
     """Base of the parallel executors: a client, a network and a pool of workers.
 
     Parameters
@@ -43,28 +77,11 @@ class Executor:
     def __init__(self, client: Client, network: Network, *,
                  workers: Iterable[str] | None = None,
                  setup: list[Callable[[], Any]] | None = None):
-        self.client = client
+        super().__init__(client, workers)
         self.network = network
-        self._pool = None if workers is None else sorted(set(workers))
-        if self._pool is not None:
-            missing = sorted(set(self._pool) - connected(client))
-            if missing or not self._pool:
-                raise ValueError(f"workers {missing or '[]'} are not connected to the "
-                                 "cluster" if missing else "workers: give at least one")
         self._setup = list(setup or [])
         self._ready: set[str] = set()  # workers set up (a restarted worker comes back blank)
         self.setup()
-
-    @property
-    def workers(self) -> list[str]:
-        """The pool's workers connected now, sorted."""
-        now = connected(self.client)
-        return sorted(now if self._pool is None else now & set(self._pool))
-
-    @property
-    def n_workers(self) -> int:
-        """Workers of the pool connected now."""
-        return len(self.workers)
 
     def setup(self) -> None:
         """Run the set-up functions on every connected worker not yet set up."""

@@ -69,7 +69,7 @@ from .base import Executor
 from .faults import WorkerLostError, gather_pinned, place_retrying
 from .model_direct import MESSAGE_COLUMNS, TIMING_COLUMNS, run_part
 from .model_graph import build_graph, graph_messages
-from .placement import keep_on
+from .placement import keep_on, slot_index
 from .slabs import (
     PART_TRACE_COLUMNS,
     PartPlan,
@@ -246,7 +246,7 @@ class ModelParallelExecutor(Executor):
 
     @staticmethod
     def _slot(workers: list[str], group: int, part: int, k: int) -> str:
-        return workers[(group * k + part) % len(workers)]
+        return workers[slot_index(group, part, k, len(workers))]
 
     def _wait(self, futures: list[Future]) -> None:
         with self.client.as_current():

@@ -10,7 +10,8 @@ call :func:`keep_on` before each run; during the run the waiting tasks keep the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from dask.sizeof import sizeof
 from distributed import Client, Future
@@ -55,3 +56,18 @@ def keep_on(client: Client, future: Future, workers: Iterable[str]) -> int:
         if still:
             raise RuntimeError(f"could not copy {future.key} to workers {still}")
     return len(missing)
+
+
+def slot_index(group: Any, part: Any, parts: int, workers: int) -> Any:
+    """Which of ``workers`` runs part ``part`` of row group ``group`` (of ``parts`` parts):
+    ``(group * parts + part) % workers``, the one rule of model-parallel inference, the
+    hybrid, their trainers and the projection. Groups fill the workers part by part, so
+    with ``workers == parts`` every group's parts are spread alike. Works elementwise on
+    arrays."""
+    return (group * parts + part) % workers
+
+
+def slot_routes(workers: Sequence[str], groups: int, parts: int) -> list[list[str]]:
+    """``route[g][p]``: the worker of part ``p`` of row group ``g`` (:func:`slot_index`)."""
+    return [[workers[slot_index(g, p, parts, len(workers))] for p in range(parts)]
+            for g in range(groups)]

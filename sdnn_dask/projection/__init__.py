@@ -57,7 +57,7 @@ assumes the last measured level repeats (the survivors plateau: on 1024-120 fewe
 1% of them die after layer 20).
 
 The package, by concept: :mod:`.terms` (the terms and their units), :mod:`.survival` (the
-survival profile), :mod:`.kernel_work` and :mod:`.parts` (the work of a serial block and
+survival profile), :mod:`.kernel_work` and :mod:`.part_work` (the work of a serial block and
 of a model-parallel part, in the terms' units), :mod:`.replay` (a recorded run read back:
 its settings and profiles), :mod:`.calibration` (fitting the coefficients on records),
 :mod:`.cost_model` (the model and its predictions), :mod:`.validation` (every recorded run

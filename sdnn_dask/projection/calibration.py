@@ -13,7 +13,7 @@ from scipy.optimize import nnls
 
 from ..core.kernels import KernelSettings
 from .kernel_work import kernel_estimate, kernel_schedule
-from .parts import part_work, parts_per_core
+from .part_work import part_work, parts_per_core
 from .replay import block_profiles, merged, run_settings
 from .survival import Survival, mean_input_density
 from .terms import BLOCK_TERMS, KERNEL_TERMS, PARALLEL, PART_TERMS, SERIAL

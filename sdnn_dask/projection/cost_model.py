@@ -3,7 +3,7 @@ predicted from them (:class:`Prediction`).
 
 The coefficients are fitted by :mod:`~sdnn_dask.projection.calibration`; the work they
 price comes from :mod:`~sdnn_dask.projection.kernel_work` (the serial kernel's blocks) and
-:mod:`~sdnn_dask.projection.parts` (model-parallel parts).
+:mod:`~sdnn_dask.projection.part_work` (model-parallel parts).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pandas as pd
 from ..core.kernels import KernelSettings
 from .calibration import fitted_coefficients
 from .kernel_work import kernel_estimate, kernel_schedule
-from .parts import part_chunk_rows, part_slots, part_work, parts_per_core, payload
+from .part_work import part_chunk_rows, part_slots, part_work, parts_per_core, payload
 from .survival import Survival
 from .terms import ALL_TERMS, BLOCK_TERMS, KERNEL_TERMS, PARALLEL, PART_TERMS, SERIAL
 

@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from ..core.kernels import ROW_TILE, SETUP_ROWS, KernelSettings
+from ..parallel.placement import slot_index
 from .terms import PART_TERMS, K
 
 __all__ = ["part_chunk_rows", "part_slots", "part_work", "parts_per_core", "payload"]
@@ -69,7 +70,7 @@ def payload(rows: float, nnz: float, columns: float, block_rows: int = 256) -> f
 def part_slots(row_groups: int, parts: int, workers: int) -> np.ndarray:
     """Worker of every (group, part), as the executor places them."""
     g, p = np.meshgrid(np.arange(row_groups), np.arange(parts), indexing="ij")
-    return (g * parts + p) % workers
+    return slot_index(g, p, parts, workers)
 
 
 def parts_per_core(row_groups: int, parts: int, workers: int) -> int:

@@ -5,7 +5,7 @@ nonzeros of ``Z``) followed by a dense readout and softmax cross-entropy; gradie
 back through ``[0 < Y < ymax]`` and the weight gradient is sampled on each layer's
 pattern only. Two paths compute the same thing:
 
-* :mod:`~sdnn_dask.training.reference`: plain float64 NumPy/SciPy, obviously right;
+* :mod:`~sdnn_dask.training.reference_backprop`: plain float64 NumPy/SciPy, obviously right;
 * :mod:`~sdnn_dask.training.compiled`: numba float32 kernels on dense transposed tiles,
   the inference kernel's design.
 
@@ -25,7 +25,8 @@ Examples
 >>> loss = train_step(model, x, labels, SGD(model, lr=0.01))
 """
 
-from . import compiled, reference
+from . import compiled
+from . import reference_backprop as reference
 from .digits import DigitsData, load_digits_1024, train_digits
 from .loop import BACKENDS, batches, fit, fit_trainer, gradients, predict, train_step
 from .losses import softmax_cross_entropy

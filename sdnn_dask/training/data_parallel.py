@@ -22,7 +22,6 @@ broadcast of the sum). The rows themselves are sent too, and are counted apart
 from __future__ import annotations
 
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,17 +29,13 @@ import numpy as np
 import scipy.sparse as sp
 from distributed import Client, wait
 
-from ..parallel.allocator import tune_allocator
-from ..parallel.faults import connected
 from ..parallel.transport.collectives import chunks
-from ..parallel.transport.run import connect_peers, ensure_exchange
 from ..registry import TRANSPORTS
-from .data_step import BUCKET_BYTES
 from .loop import BACKENDS, gradients
 from .model import Gradients, SparseModel
 from .optim import check_settings
-from .persistent import PersistentLoop, step_seconds, timing_fields
-from .replicas import drop_replica, held, hold_rows, place_replica
+from .replicas import BUCKET_BYTES, drop_replica, held, hold_rows, place_replica
+from .trainer import StepTiming, Trainer, timing_fields
 
 __all__ = ["TRANSPORTS", "DataParallelTrainer", "StepResult"]
 
@@ -82,7 +77,7 @@ def gradient_bytes(model: SparseModel) -> int:
 
 
 @dataclass(frozen=True)
-class StepResult:
+class StepResult(StepTiming):
     """One data-parallel step.
 
     Attributes
@@ -111,18 +106,9 @@ class StepResult:
     seconds: float
     bytes_moved: int
     bytes_rows: int
-    transport: str = "graph"
-    wait_seconds: float = 0.0
-    compute_seconds: float = 0.0
-    slots: tuple = ()
-
-    @property
-    def overhead_seconds(self) -> float:
-        """The step's seconds beyond the slowest worker's compute."""
-        return self.seconds - self.compute_seconds
 
 
-class DataParallelTrainer:
+class DataParallelTrainer(Trainer):
     """Train one model by data parallelism on a Dask cluster.
 
     Parameters
@@ -144,7 +130,7 @@ class DataParallelTrainer:
     bucket_bytes
         Direct transport, two workers: the least bytes of gradient a worker sends to the
         other at once while its backward runs (default
-        :data:`~.data_step.BUCKET_BYTES`; a message costs about 0.1 ms whatever its
+        :data:`~.replicas.BUCKET_BYTES`; a message costs about 0.1 ms whatever its
         size, so small buckets cost more than their early start saves on small models).
 
     Examples
@@ -153,6 +139,8 @@ class DataParallelTrainer:
     >>> step = trainer.step(x, labels)  # doctest: +SKIP
     >>> trained = trainer.model()  # doctest: +SKIP
     """
+
+    strategy = "data"
 
     def __init__(self, client: Client, model: SparseModel, *, lr: float,
                  momentum: float = 0.0, weight_decay: float = 0.0,
@@ -167,12 +155,9 @@ class DataParallelTrainer:
         if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) \
                 or bucket_bytes < 1:
             raise ValueError(f"bucket_bytes must be a positive integer, got {bucket_bytes!r}")
-        self.client, self.backend, self.transport = client, backend, transport
-        self.bucket_bytes = bucket_bytes
-        self.workers = sorted(workers or client.scheduler_info()["workers"])
-        if not self.workers:
-            raise ValueError("the cluster has no workers")
-        self.id = f"sdnn-train-{uuid.uuid4().hex}"
+        super().__init__(client, workers, prefix="sdnn-train")
+        self.backend, self.transport, self.bucket_bytes = backend, transport, bucket_bytes
+        self.route = [[w] for w in self.workers]
         self._gradient_bytes = gradient_bytes(model)
         shared = client.scatter(model, workers=self.workers, broadcast=True, hash=False)
         placed = [client.submit(place_replica, self.id, shared, lr, momentum, weight_decay,
@@ -180,17 +165,7 @@ class DataParallelTrainer:
                   for w in self.workers]
         client.gather(placed)
         client.cancel(shared)  # each worker has made its own copy
-        self._loop: PersistentLoop | None = None
-        self._held: tuple[Any, np.ndarray] | None = None
-        if transport == "direct":
-            ensure_exchange(client)
-            connect_peers(client, self.workers)
-        # see sdnn_dask.parallel.allocator: the pieces and tiles of every step without page faults
-        client.run(tune_allocator, workers=sorted({w for w in self.workers}))
-
-    @property
-    def n_workers(self) -> int:
-        return len(self.workers)
+        self._connect(direct=transport == "direct")
 
     def step(self, x: np.ndarray | sp.spmatrix, labels: np.ndarray) -> StepResult:
         """One step on the batch ``x`` (``rows x N``) with class ``labels``."""
@@ -232,17 +207,13 @@ class DataParallelTrainer:
             wait(applied)
         losses = self.client.gather(applied)
         seconds = time.perf_counter() - start
-        return StepResult(float(losses[0]), seconds, moved, sent)
+        return StepResult(float(losses[0]), seconds, moved, sent, transport="graph")
 
-    def _persistent(self) -> PersistentLoop:
-        """The slots' loop, started on the first direct step (again after a failure)."""
-        if self._loop is None or self._loop.closed:
-            self._loop = PersistentLoop(self.client, name=self.id,
-                                        keys=[self.id] * self.n_workers,
-                                        route=[[w] for w in self.workers], strategy="data",
-                                        whole=True, backend=self.backend,
-                                        bucket_bytes=self.bucket_bytes)
-        return self._loop
+    def _loop_keys(self) -> list[str]:
+        return [self.id] * self.n_workers
+
+    def _loop_options(self) -> dict[str, Any]:
+        return {"whole": True, "backend": self.backend, "bucket_bytes": self.bucket_bytes}
 
     def _step_direct(self, x: Any, labels: np.ndarray, rows: int) -> StepResult:
         """Every worker's block through its slot's loop, the gradient all-reduced."""
@@ -255,10 +226,10 @@ class DataParallelTrainer:
             sent += _nbytes(block) + block_labels.nbytes
             items.append([{"x": block, "labels": block_labels, "share": (hi - lo) / rows}])
         [records] = self._persistent().run([items])
-        return self._result(records, time.perf_counter() - start, sent)
+        return self._result(records, rows, time.perf_counter() - start, sent)
 
-    @staticmethod
-    def _result(records: list[list[dict]], seconds: float, sent: int) -> StepResult:
+    def _result(self, records: list[list[dict]], rows: int, seconds: float,
+                sent: int) -> StepResult:
         done = [r for row in records for r in row]
         return StepResult(float(sum(d["loss"] for d in done)), seconds,
                           int(sum(d["moved"]["gradient"] for d in done)), sent,
@@ -282,23 +253,18 @@ class DataParallelTrainer:
     def steps(self, batches: list[np.ndarray]) -> list[StepResult]:
         """One step per array of row ids into the rows :meth:`hold` placed, in order; on
         the direct transport all of them in one feed of the slots' loop."""
-        if self._held is None:
-            raise RuntimeError("hold() the training rows before steps()")
-        x, labels = self._held
-        if self.transport != "direct":
+        if self._held is not None and self.transport != "direct":
+            x, labels = self._held
             return [self.step(x[idx], labels[idx]) for idx in batches]
-        items = []
-        for idx in batches:
-            idx = np.asarray(idx, np.int64)
-            if len(idx) < 1:
-                raise ValueError("a batch needs rows")
-            bounds = chunks(len(idx), self.n_workers)
-            items.append([[{"rows": idx[bounds[g]:bounds[g + 1]],
-                            "share": (bounds[g + 1] - bounds[g]) / len(idx)}]
-                          for g in range(self.n_workers)])
-        records = self._persistent().run(items)
-        return [self._result(step, step_seconds(step), int(idx.nbytes))
-                for step, idx in zip(records, batches, strict=True)]
+        return super().steps(batches)
+
+    def _feed_items(self, idx: np.ndarray) -> list[list[dict[str, Any]]]:
+        if len(idx) < 1:
+            raise ValueError("a batch needs rows")
+        bounds = chunks(len(idx), self.n_workers)
+        return [[{"rows": idx[bounds[g]:bounds[g + 1]],
+                  "share": (bounds[g + 1] - bounds[g]) / len(idx)}]
+                for g in range(self.n_workers)]
 
     def model(self, worker: int = 0) -> SparseModel:
         """A copy of the model as worker ``worker`` holds it now."""
@@ -306,23 +272,7 @@ class DataParallelTrainer:
                                   allow_other_workers=False, pure=False).result()
         return held.copy()  # never the worker's own object (a threaded cluster shares it)
 
-    def close(self) -> None:
-        """Stop the slots' loop and drop the model copies from the workers."""
-        try:
-            if self._loop is not None:
-                loop, self._loop = self._loop, None
-                loop.close()
-        finally:  # a worker lost mid-fit holds nothing any more: not waited for
-            live = connected(self.client)
-            self.client.gather([self.client.submit(drop_replica, self.id, workers=[w],
-                                                   allow_other_workers=False, pure=False)
-                                for w in self.workers if w in live])
-
-    def __enter__(self) -> DataParallelTrainer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    _drop = drop_replica
 
 
 def _nbytes(block: Any) -> int:

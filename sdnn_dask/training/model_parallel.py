@@ -23,12 +23,15 @@ readout bias ``c``. Every part sees every row of the mini-batch. A step:
 4. update: each part applies SGD (the rule of :class:`~.optim.SGD`, its kernel) to its own
    slices; nothing is reduced across parts, since no two parts hold the same parameter.
 
-Transport is the task graph: a part's work per layer is a task pinned to its worker, and
-a "cut" task on the source's worker selects only the columns a destination on another
-worker needs, so only those move. Parts on the same worker read each other's columns
-from the worker's memory (no task, nothing moved); those bytes are reported apart.
+The step runs on the direct transport: one long-running task per slot (row group x part,
+:func:`~.slot_task.run_slot`), fed by the client through the trainer's persistent loop
+(:class:`~.trainer.Trainer`), the pieces sent worker to worker; parts on the same worker
+hand each other their columns in memory (nothing moved; those bytes are reported apart).
+A task per part and layer with the pieces moved by the scheduler (the graph transport of
+inference) took 4-15x a direct step at 1024-120 and is not offered for training
+(docs/training.md).
 
-Bytes counted (``StepResult``): the ``nbytes`` of the float32 pieces as received, i.e.
+Bytes counted (:class:`ModelParallelStep`): the ``nbytes`` of the float32 pieces as received, i.e.
 ``columns x rows x 4`` per piece, with no fixed overhead (the pickling's framing is not
 counted). Layer 1 exchanges nothing (every part is sent the input columns it needs, counted
 in ``bytes_inputs``) and no error flows below layer 1, so forward and backward both move the
@@ -40,37 +43,35 @@ gives from the pattern and the partition alone.
 from __future__ import annotations
 
 import time
-import uuid
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 from distributed import Client
 
-from ..parallel.allocator import tune_allocator
-from ..parallel.faults import connected
+from ..parallel.placement import slot_routes
 from ..parallel.transport.collectives import chunks
-from ..parallel.transport.run import connect_peers, ensure_exchange
 from ..partition import NeuronPartition, make_neuron_partition
 from ..registry import TRANSPORTS
 from .losses import as_labels
 from .model import SparseModel
-from .optim import check_settings
-from .parts import (
+from .model_parts import (
     drop_parts,
     fetch_part,
     pattern_network,
     place_part,
     slice_model,
 )
-from .persistent import PersistentLoop, step_seconds, timing_fields
+from .optim import check_settings
 from .replicas import hold_rows
+from .trainer import StepTiming, Trainer, timing_fields
 
 __all__ = ["ModelParallelStep", "ModelParallelTrainer"]
 
 
 @dataclass(frozen=True)
-class ModelParallelStep:
+class ModelParallelStep(StepTiming):
     """One model-parallel step.
 
     Attributes
@@ -116,18 +117,9 @@ class ModelParallelStep:
     bytes_gradient: int = 0
     bytes_gradient_local: int = 0
     row_groups: int = 1
-    transport: str = "graph"
-    wait_seconds: float = 0.0
-    compute_seconds: float = 0.0
-    slots: tuple = ()
-
-    @property
-    def overhead_seconds(self) -> float:
-        """The step's seconds beyond the slowest slot's compute (direct transport)."""
-        return self.seconds - self.compute_seconds
 
 
-class ModelParallelTrainer:
+class ModelParallelTrainer(Trainer):
     """Train one model by model parallelism (a neuron partition) on a Dask cluster.
 
     Parameters
@@ -150,7 +142,7 @@ class ModelParallelTrainer:
         groups before the update (1: plain model parallelism). Direct transport only.
     transport
         ``"direct"`` (default: one task per part and step, the pieces sent worker to
-        worker, :mod:`.direct`) or ``"graph"`` (one task per part and layer, the pieces
+        worker, :mod:`.slot_task`) or ``"graph"`` (one task per part and layer, the pieces
         moved by Dask's scheduler).
     workers
         Addresses of the workers to use (default: every worker). Part ``c`` of row group
@@ -193,28 +185,16 @@ class ModelParallelTrainer:
         elif k is not None and k != partition.k:
             raise ValueError(f"k={k} but the partition has {partition.k} parts")
         partition._check_network(network)
-        self.client, self.partition = client, partition
-        self.k = partition.k
-        self.workers = sorted(workers or client.scheduler_info()["workers"])
-        if not self.workers:
-            raise ValueError("the cluster has no workers")
+        super().__init__(client, workers, prefix="sdnn-mptrain")
+        self.partition, self.k = partition, partition.k
         self.row_groups, self.transport = int(row_groups), transport
-        n = len(self.workers)
-        self.route = [[self.workers[(g * self.k + c) % n] for c in range(self.k)]
-                      for g in range(self.row_groups)]
-        self.home = self.route[0]
-        self.id = f"sdnn-mptrain-{uuid.uuid4().hex}"
-        self._loop: PersistentLoop | None = None
-        self._held: tuple[np.ndarray, np.ndarray] | None = None
+        self.strategy = "model" if self.row_groups == 1 else "hybrid"
+        self.route = slot_routes(self.workers, self.row_groups, self.k)
         self._shapes = model.copy()  # pattern and dtype of the assembled model
         states = slice_model(partition, model, lr, momentum, weight_decay)
         # per layer, part p's needed columns (needed for the inputs and the byte figures)
         self._needed = [[sl.needed for sl in (s.layers[layer] for s in states)]
                         for layer in range(model.n_layers)]
-        self._sources = [[sorted(s.layers[layer].fetch) for s in states]
-                         for layer in range(model.n_layers)]
-        self._readers = [[sorted(s.layers[layer].send) for s in states]
-                         for layer in range(model.n_layers)]
         self._volume = [sum(len(ix) for q, s in enumerate(states)
                             for p, ix in s.layers[layer].fetch.items() if p != q)
                         for layer in range(model.n_layers)]
@@ -228,11 +208,7 @@ class ModelParallelTrainer:
                                             workers=[row[s.part]], allow_other_workers=False,
                                             pure=False))
         client.gather(placed)
-        if transport == "direct":
-            ensure_exchange(client)
-            connect_peers(client, sorted(set(w for row in self.route for w in row)))
-        # see sdnn_dask.parallel.allocator: the pieces and tiles of every step without page faults
-        client.run(tune_allocator, workers=sorted({w for w in self.workers}))
+        self._connect()
 
     def _key(self, group: int) -> str:
         """The state key of row group ``group``'s parts on their workers."""
@@ -262,13 +238,8 @@ class ModelParallelTrainer:
         dense = x.toarray() if sp.issparse(x) else np.asarray(x)
         return self._step_direct(dense, labels, rows, start)
 
-    def _persistent(self) -> PersistentLoop:
-        """The slots' loop, started on the first direct step (again after a failure)."""
-        if self._loop is None or self._loop.closed:
-            self._loop = PersistentLoop(
-                self.client, name=self.id, keys=[self._key(g) for g in range(self.row_groups)],
-                route=self.route, strategy="model" if self.row_groups == 1 else "hybrid")
-        return self._loop
+    def _loop_keys(self) -> list[str]:
+        return [self._key(g) for g in range(self.row_groups)]
 
     def _step_direct(self, dense: np.ndarray, labels: np.ndarray, rows: int, start: float
                      ) -> ModelParallelStep:
@@ -287,8 +258,8 @@ class ModelParallelTrainer:
         [records] = self._persistent().run([items])
         return self._result(records, rows, time.perf_counter() - start, sent)
 
-    def _result(self, records: list[list[dict]], rows: int, seconds: float, sent: int
-                ) -> ModelParallelStep:
+    def _result(self, records: list[list[dict]], rows: int, seconds: float,
+                sent: int) -> ModelParallelStep:
         done = [r for row in records for r in row]
 
         def total(which: str, counter: str) -> int:
@@ -326,24 +297,14 @@ class ModelParallelTrainer:
                     allow_other_workers=False, pure=False))
         self.client.gather(placed)
 
-    def steps(self, batches: list[np.ndarray]) -> list[ModelParallelStep]:
-        """One step per array of row ids into the rows :meth:`hold` placed, in order; on
-        all of them in one feed of the slots' loop."""
-        if self._held is None:
-            raise RuntimeError("hold() the training rows before steps()")
-        items = []
-        for idx in batches:
-            idx = np.asarray(idx, np.int64)
-            if len(idx) < self.row_groups:
-                raise ValueError(f"a batch needs at least one row per row group: "
-                                 f"{len(idx)} rows, {self.row_groups} row groups")
-            bounds = chunks(len(idx), self.row_groups)
-            items.append([[{"rows": idx[bounds[g]:bounds[g + 1]],
-                            "share": (bounds[g + 1] - bounds[g]) / len(idx)}] * self.k
-                          for g in range(self.row_groups)])
-        records = self._persistent().run(items)
-        return [self._result(step, len(idx), step_seconds(step), int(idx.nbytes))
-                for step, idx in zip(records, batches, strict=True)]
+    def _feed_items(self, idx: np.ndarray) -> list[list[dict[str, Any]]]:
+        if len(idx) < self.row_groups:
+            raise ValueError(f"a batch needs at least one row per row group: "
+                             f"{len(idx)} rows, {self.row_groups} row groups")
+        bounds = chunks(len(idx), self.row_groups)
+        return [[{"rows": idx[bounds[g]:bounds[g + 1]],
+                  "share": (bounds[g + 1] - bounds[g]) / len(idx)}] * self.k
+                for g in range(self.row_groups)]
 
     def model(self, group: int = 0) -> SparseModel:
         """The model assembled from row group ``group``'s parts (the original CSR order)."""
@@ -361,21 +322,4 @@ class ModelParallelTrainer:
                 out.readout_bias[:] = c
         return out
 
-    def close(self) -> None:
-        """Stop the slots' loop and drop the parts' state from the workers."""
-        try:
-            if self._loop is not None:
-                loop, self._loop = self._loop, None
-                loop.close()
-        finally:  # a worker lost mid-fit holds nothing any more: not waited for
-            live = connected(self.client)
-            self.client.gather([self.client.submit(drop_parts, self.id, workers=[w],
-                                                   allow_other_workers=False, pure=False)
-                                for w in sorted({w for row in self.route for w in row})
-                                if w in live])
-
-    def __enter__(self) -> ModelParallelTrainer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    _drop = drop_parts

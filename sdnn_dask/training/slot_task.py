@@ -4,7 +4,7 @@ A step of model-parallel, hybrid or data-parallel training is ``R x C`` slots: r
 ``g`` (of ``R``) of the batch, run by the ``C`` parts of a neuron partition (``C = 1``:
 the whole model). Slot ``(g, c)`` is one task on its worker (:func:`run_slot`) that
 secedes from the worker's thread pool and runs step after step for as long as its
-trainer feeds it (a persistent loop, :mod:`.persistent`): it waits for the client's next
+trainer feeds it (a persistent loop, :mod:`.trainer`): it waits for the client's next
 feed in its box (one step or many, each the group's rows or their ids in rows held on
 the worker), runs them, and replies with what each step measured; a feed of ``None``
 ends it. Within a step it exchanges what it must with the other slots worker to worker
@@ -71,11 +71,10 @@ from .compiled import (
     layer_backward_t,
     sampled_gradient_t,
 )
-from .data_step import BUCKET_BYTES, data_step
 from .losses import softmax_cross_entropy
 from .model import flatten, unflatten
-from .parts import PARTS, apply_update, sum_plan
-from .replicas import held_rows
+from .model_parts import PARTS, apply_update, sum_plan
+from .replicas import BUCKET_BYTES, data_step, held_rows
 
 
 def _split(order: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -329,7 +328,7 @@ def run_slot(key: str, token: str, group: int, part: int, groups: int, parts: in
         Names the loop in its errors (``"data"``, ``"model"``, ``"hybrid"``).
     bucket_bytes
         With ``whole`` and two groups: the least bytes of gradient sent at once during
-        the backward (:func:`~.data_step.gradient_buckets`).
+        the backward (:func:`~.replicas.gradient_buckets`).
 
     Each feed is a list of steps, each a dict: ``x`` (the group's input columns this part
     reads, ``needed x rows`` float32, or with ``whole`` the group's rows) and ``labels``,

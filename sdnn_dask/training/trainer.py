@@ -1,4 +1,10 @@
-"""A trainer's persistent loop on the direct transport: its slot tasks started once, fed.
+"""What the parallel trainers share: a pool of workers, a persistent loop, steps and close.
+
+:class:`Trainer` is the base of :class:`~.data_parallel.DataParallelTrainer` and
+:class:`~.model_parallel.ModelParallelTrainer` (as :class:`~sdnn_dask.parallel.base.WorkerPool`
+is of the executors): its slots' routes, the loop started on the first step, a feed of
+held rows' ids per epoch (:meth:`Trainer.steps`), closing, and the timing fields of a
+step's result (:class:`StepTiming`).
 
 Instead of a task per slot and step, a trainer on the direct transport starts one
 long-running task per slot (:func:`~.direct.run_slot`) the first time it steps, and from
@@ -22,22 +28,166 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from distributed import Client
 
+from ..parallel.allocator import tune_allocator
+from ..parallel.base import WorkerPool
+from ..parallel.faults import connected
 from ..parallel.transport.collectives import FEED, REPLY
 from ..parallel.transport.run import (
     POLL_SECONDS,
     check_run,
+    connect_peers,
+    ensure_exchange,
     feed_run,
     gather_direct,
     stop_run,
 )
-from .data_step import BUCKET_BYTES
-from .direct import run_slot
+from .replicas import BUCKET_BYTES
+from .slot_task import run_slot
 
-__all__ = ["PersistentLoop", "slot_compute", "step_seconds", "timing_fields"]
+__all__ = ["PersistentLoop", "StepTiming", "Trainer", "slot_compute", "step_seconds",
+           "timing_fields"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepTiming:
+    """Where a trainer's step went, on the direct transport (the base of step results).
+
+    Attributes
+    ----------
+    transport
+        ``"direct"`` or (data parallelism only) ``"graph"``.
+    wait_seconds
+        The longest a slot waited for pieces.
+    compute_seconds
+        The slowest slot's compute: forward, backward and update.
+    slots
+        Per slot, what its step measured (:func:`~.slot_task.run_slot`'s records).
+    """
+
+    transport: str = "direct"
+    wait_seconds: float = 0.0
+    compute_seconds: float = 0.0
+    slots: tuple = ()
+
+    @property
+    def overhead_seconds(self) -> float:
+        """The step's seconds beyond the slowest slot's compute."""
+        return self.seconds - self.compute_seconds  # type: ignore[attr-defined]
+
+
+class Trainer(WorkerPool):
+    """The base of the parallel trainers: its workers, slots, loop, held rows and close.
+
+    A subclass sets :attr:`route` (``route[g][c]``: the worker of slot ``(g, c)``) and
+    :attr:`strategy`, places its state on the workers, and gives :meth:`_loop_keys`,
+    :meth:`_loop_options`, :meth:`_feed_items`, :meth:`_result` and :attr:`_drop`.
+
+    Parameters
+    ----------
+    client
+        Any ``distributed.Client``.
+    workers
+        Addresses of the workers to use (default: every worker connected now). Fixed for
+        the trainer's life: its state lives there.
+    prefix
+        Starts the trainer's id (its state's key on the workers).
+    """
+
+    strategy = "training"
+    route: list[list[str]]
+    #: Run on every worker of the trainer when it closes, with the trainer's id.
+    _drop: Callable[[str], Any]
+
+    def __init__(self, client: Client, workers: Sequence[str] | None, *, prefix: str):
+        workers = sorted(workers or client.scheduler_info()["workers"])
+        if not workers:
+            raise ValueError("the cluster has no workers")
+        super().__init__(client, workers)
+        self.id = f"{prefix}-{uuid.uuid4().hex}"
+        self._loop: PersistentLoop | None = None
+        self._held: tuple[Any, np.ndarray] | None = None
+
+    @property
+    def workers(self) -> list[str]:
+        """The trainer's workers (fixed when it was made)."""
+        return list(self._pool or [])
+
+    @property
+    def n_workers(self) -> int:
+        return len(self.workers)
+
+    def _hosts(self) -> list[str]:
+        return sorted({w for row in self.route for w in row})
+
+    def _connect(self, direct: bool = True) -> None:
+        """Register the exchange and connect the slots' workers (direct transport), and
+        tune their allocator (:mod:`sdnn_dask.parallel.allocator`: the pieces and tiles
+        of every step without page faults)."""
+        if direct:
+            ensure_exchange(self.client)
+            connect_peers(self.client, self._hosts())
+        self.client.run(tune_allocator, workers=self._hosts())
+
+    def _loop_keys(self) -> list[str]:
+        """Per row group, the state key its slots use on their workers."""
+        raise NotImplementedError
+
+    def _loop_options(self) -> dict[str, Any]:
+        """:class:`PersistentLoop`'s ``whole``, ``backend`` and ``bucket_bytes``."""
+        return {}
+
+    def _feed_items(self, idx: np.ndarray) -> list[list[dict[str, Any]]]:
+        """One step's items (``[g][c]``) for the row ids ``idx`` into the held rows."""
+        raise NotImplementedError
+
+    def _result(self, records: list[list[dict]], rows: int, seconds: float,
+                sent: int) -> Any:
+        """A step's result from its slots' records."""
+        raise NotImplementedError
+
+    def _persistent(self) -> PersistentLoop:
+        """The slots' loop, started on the first step (again after a failure)."""
+        if self._loop is None or self._loop.closed:
+            self._loop = PersistentLoop(self.client, name=self.id, keys=self._loop_keys(),
+                                        route=self.route, strategy=self.strategy,
+                                        **self._loop_options())
+        return self._loop
+
+    def steps(self, batches: list[np.ndarray]) -> list[Any]:
+        """One step per array of row ids into the rows ``hold`` placed, in order, all of
+        them in one feed of the slots' loop."""
+        if self._held is None:
+            raise RuntimeError("hold() the training rows before steps()")
+        ids = [np.asarray(idx, np.int64) for idx in batches]
+        records = self._persistent().run([self._feed_items(idx) for idx in ids])
+        return [self._result(step, len(idx), step_seconds(step), int(idx.nbytes))
+                for step, idx in zip(records, ids, strict=True)]
+
+    def close(self) -> None:
+        """Stop the slots' loop and drop the trainer's state from its workers."""
+        try:
+            if self._loop is not None:
+                loop, self._loop = self._loop, None
+                loop.close()
+        finally:  # a worker lost mid-fit holds nothing any more: not waited for
+            live = connected(self.client)
+            drop = type(self)._drop
+            self.client.gather([self.client.submit(drop, self.id, workers=[w],
+                                                   allow_other_workers=False, pure=False)
+                                for w in self._hosts() if w in live])
+
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class PersistentLoop:

@@ -8,7 +8,7 @@
 * :mod:`.plans`: every part's slices of the weights and index maps
   (:class:`~.plans.PartPlan`, :func:`~.plans.make_part_plans`), and what a part sends to
   others (:func:`~.plans.piece_for`);
-* :mod:`.step`: the per-part layer step (:func:`~.step.part_layer_step`), every part in one
+* :mod:`.part_layer`: the per-part layer step (:func:`~.step.part_layer_step`), every part in one
   process (:func:`~.step.forward_parts`), joining the parts' last slabs
   (:func:`~.step.assemble`) and the warm-up;
 * :mod:`.shared_rows`: identical rows computed once, the parts agreeing on the groups
@@ -16,9 +16,9 @@
 """
 
 from .layout import BLOCK_ROWS, PART_TRACE_COLUMNS, BlockCSC, Slab, take_columns
+from .part_layer import assemble, forward_parts, part_layer_step, warm_up_parts
 from .plans import LayerPlan, PartPlan, make_part_plans, piece_for
 from .shared_rows import PartRows, dedup_enabled, drop_rows, label_rows
-from .step import assemble, forward_parts, part_layer_step, warm_up_parts
 
 __all__ = [
     "BLOCK_ROWS",

@@ -16,7 +16,7 @@ table's ranges; each level of the partition and each layer of a part against its
 when read, and the layer's ranges (row pointers from 0 to its nonzeros, columns strictly
 increasing in ``0..N-1``, takes within the part's slab) before any compiled pass sees it.
 A failure is a :exc:`SliceDamagedError` naming the file, on which the executor cuts the
-slices again (:mod:`sdnn_dask.parallel.model`). Slices cut from other layer files than the
+slices again (:mod:`sdnn_dask.parallel.model_executor`). Slices cut from other layer files than the
 manifest lists now (a store rewritten, or damaged when they were cut and restored since)
 are stale: :func:`~.slices.write_part_slices` cuts them again, with a
 :class:`StaleSlicesWarning`. A place where the slices cannot be written is a
