@@ -10,9 +10,11 @@ import sys
 from pathlib import Path
 
 from ..files import write_text_atomic
-from .common import Progress, UsageError
+from .common import Progress, UsageError, check_writable_folder
 
 NOTEBOOK_MISSING = "running a notebook needs nbclient: pip install 'sdnn_dask[study]'"
+#: The results folder's subfolder for executed notebooks (``--results``).
+NOTEBOOKS_DIR = "notebooks"
 
 
 def cmd_notebook(args: argparse.Namespace) -> int:
@@ -48,7 +50,9 @@ def cmd_notebook(args: argparse.Namespace) -> int:
         notebook = nbformat.read(path, as_version=4)
     except Exception as error:  # nbformat raises several kinds for a bad file
         raise UsageError(f"{path}: not a readable notebook ({error})") from error
-    out: Path = args.out or Path(f"{path.stem}.executed.ipynb")
+    # in the results folder, as compare's outputs: not an untracked file where it is run
+    out: Path = args.out or args.results / NOTEBOOKS_DIR / f"{path.stem}.executed.ipynb"
+    check_writable_folder(out.parent, "--out" if args.out else "--results")
     cells = sum(c.cell_type == "code" for c in notebook.cells)
     client = nbclient.NotebookClient(notebook, timeout=args.timeout, kernel_name="python3",
                                      resources={"metadata": {"path": str(Path.cwd())}})

@@ -362,8 +362,12 @@ def build_parser() -> argparse.ArgumentParser:
                                         "with its clusters where --cluster says")
     p.add_argument("notebook", type=Path, help="the .ipynb to run")
     _add_cluster_arguments(p)
+    p.add_argument("--results", type=Path, default=DEFAULT_RESULTS,
+                   help="results folder: the executed notebook goes in its notebooks/ "
+                        f"({DEFAULT_RESULTS}/, which git ignores)")
     p.add_argument("--out", type=Path, default=None,
-                   help="the executed notebook (default: NAME.executed.ipynb here)")
+                   help="the executed notebook (default: RESULTS/notebooks/"
+                        "NAME.executed.ipynb)")
     p.add_argument("--timeout", type=POSITIVE, default=1800, help="seconds per cell (1800)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress messages")
     p.set_defaults(func=cmd_notebook)
