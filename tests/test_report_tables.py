@@ -73,3 +73,63 @@ def test_the_markdown_and_the_page_show_the_spread():
             in page)
     assert "<th>seconds: median (min–max)</th>" in page
     assert '<td class="num">4.000</td>' in page  # one repeat: the median alone
+
+
+# --------------------------------------------------------------------------- settings that differ
+
+def _two_kernels() -> pd.DataFrame:
+    """The kernel with and without its dense step: alike but for ``dense_threshold``."""
+    return _records(_run("reference", "none", 4.0),
+                    _run("kernel", "none", 1.0, dense_threshold=0.05, dedup="on"),
+                    _run("kernel", "none", 2.0, dense_threshold=2.0, dedup="on"),
+                    _run("data", "hash", 0.6, workers=2, dense_threshold=0.05, dedup="on",
+                         placement="static"))
+
+
+def test_varying_counts_only_the_settings_that_apply():
+    cmp = report.comparison(_two_kernels())
+    # the reference's dedup and threshold are blank, placement applies to data alone
+    assert report.varying(cmp) == ["dense_threshold"]
+    assert report.varying(cmp.assign(seed=[0, 0, 1, 1])) == ["seed", "dense_threshold"]
+    assert "dense_threshold" in report.shown_columns(cmp)
+    assert not {"dedup", "placement"} & set(report.shown_columns(cmp))
+
+
+def test_the_terminal_table_tells_apart_runs_that_differ_in_a_setting():
+    from sdnn_dask.cli.common import compare_columns, comparison_text
+
+    cmp = report.comparison(_two_kernels())
+    columns = compare_columns(cmp, ["network", "inputs"])
+    assert columns[:6] == ["network", "inputs", "strategy", "partition", "dense_threshold",
+                           "workers"]  # no model run: no transport, nothing moved
+    assert not {"transport", "mb_moved", "predicted_volume"} & set(columns)
+    lines = comparison_text(cmp).splitlines()
+    kernels = [line.split() for line in lines if line.startswith("kernel")]
+    assert [k[:3] for k in kernels] == [["kernel", "none", "0.05"], ["kernel", "none", "2.00"]]
+    same = report.comparison(_records(_run("kernel", "none", 1.0, dense_threshold=0.05),
+                                      _run("data", "hash", 0.6, workers=2,
+                                           dense_threshold=0.05)))
+    assert "dense_threshold" not in compare_columns(same)
+
+
+def test_the_terminal_table_has_a_legend_of_its_columns():
+    from sdnn_dask.cli.common import COMPARE_NOTES, compare_columns, comparison_text
+
+    records = _records(_run("reference", "none", 4.0),
+                       *(_run("kernel", "none", w) for w in (1.23, 1.41, 1.1)),
+                       _run("model", "block", 2.0, workers=2, blocks=2, parts=2,
+                            transport="direct", bytes_moved=3e6, predicted_volume=8.0))
+    cmp = report.comparison(records)
+    text = comparison_text(cmp)
+    table, legend = text.split("\n\n")
+    assert "1.230 (1.100-1.410)" in table and "4.000 " in table
+    head = table.splitlines()[0].split()
+    assert head == compare_columns(cmp)
+    notes = dict(line.split(None, 1) for line in legend.splitlines())
+    assert list(notes) == [c for c in head if c in COMPARE_NOTES]
+    for column in ("speedup", "blocks", "mb_moved", "predicted_volume", "seconds"):
+        assert column in notes
+    assert "scipy serial reference" in notes["speedup"]
+    assert "parts x row groups" in notes["blocks"]
+    assert "MB" in notes["mb_moved"] and "columns" in notes["predicted_volume"]
+    assert all(len(line) <= 100 for line in legend.splitlines())

@@ -363,17 +363,89 @@ def parse_transports(value: str) -> list[str]:
 COMPARE_COLUMNS = ["strategy", "partition", "transport", "workers", "blocks", "parts",
                    "seconds", "edges_per_s", "speedup", "vs_kernel", "imbalance", "mb_moved",
                    "predicted_volume", "check"]
+#: Columns left out of the terminal table when they are empty in every row (no model or
+#: hybrid run: no transport, nothing moved).
+_DROPPED_WHEN_EMPTY = ("transport", "mb_moved", "predicted_volume")
+
+#: The legend under the terminal table: one short line per column that is not obvious
+#: (what :func:`sdnn_dask.report.tables.comparison` computes, in its units).
+COMPARE_NOTES = {
+    "transport": "direct (worker to worker) or graph (a Dask task per part and layer)",
+    "row_partition": "how the hybrid split its rows into row groups",
+    "seed": "seed of the random partitions",
+    "nbuckets": "buckets of the hash partition",
+    "epsilon": "imbalance bound of the hypergraph partition",
+    "dense_threshold": "the kernel's dense-step threshold (above 1: never dense)",
+    "chunk_bytes": "the kernel's dense tile size, bytes",
+    "dedup": "on: identical live rows computed once; off: every row computed",
+    "placement": "data: static (block b on worker b mod P) or dynamic (a queue)",
+    "merge_blocks": "data: merged (a worker's blocks share tiles) or alone",
+    "weights": "resident (every worker holds the weights) or streamed from a store",
+    "blocks": "row blocks (data), or parts x row groups (model, hybrid)",
+    "parts": "neuron parts k (model, hybrid)",
+    "seconds": "median inference wall time of the repeats (fastest-slowest)",
+    "edges_per_s": "inputs x edges / seconds (median over the repeats)",
+    "speedup": "x the scipy serial reference: its fastest median seconds / these",
+    "vs_kernel": "x the serial compiled kernel: its fastest median seconds / these",
+    "imbalance": "max/mean of the blocks' compute seconds (1: even)",
+    "mb_moved": "MB (1e6 bytes) of activations moved between workers (median)",
+    "predicted_volume": "km1: activation columns (not bytes) sent between parts, summed "
+                        "over layers",
+    "check": "PASS: every repeat within float32 rounding of a float64 reference (or the "
+             "truth)",
+}
 
 
 def compare_columns(table: Any, first: Sequence[str] = ()) -> list[str]:
-    """``first`` then :data:`COMPARE_COLUMNS`, with ``dedup`` after ``transport`` where
-    the runs differ in it (a study running both settings side by side)."""
+    """The terminal table's columns: ``first``, then :data:`COMPARE_COLUMNS` with every
+    run setting in which the rows differ after ``transport``
+    (:func:`sdnn_dask.report.tables.varying`: e.g. ``dense_threshold`` or ``dedup`` in a
+    study running two values side by side), less ``transport``, ``mb_moved`` and
+    ``predicted_volume`` where every row leaves them empty."""
+    from ..report.tables import varying
+
     columns = [*first, *COMPARE_COLUMNS]
-    settings = {str(v) for v in table["dedup"]} - {"", "nan", "<NA>"} if "dedup" in table \
-        else set()
-    if len(settings) > 1:
-        columns.insert(columns.index("transport") + 1, "dedup")
-    return columns
+    at = columns.index("transport") + 1
+    columns[at:at] = [c for c in varying(table) if c not in columns]
+    return [c for c in columns if c not in _DROPPED_WHEN_EMPTY or c not in table
+            or not _empty(table[c])]
+
+
+def _empty(values: Any) -> bool:
+    """Whether a column holds nothing but blanks and NaN."""
+    return all(str(v) in ("", "nan", "<NA>", "None") for v in values)
+
+
+def compare_legend(columns: Sequence[str]) -> str:
+    """One line per column of ``columns`` that :data:`COMPARE_NOTES` explains, names
+    aligned: the legend under the terminal table."""
+    notes = [(c, COMPARE_NOTES[c]) for c in columns if c in COMPARE_NOTES]
+    width = max((len(c) for c, _ in notes), default=0)
+    return "\n".join(f"{c.ljust(width)}  {note}" for c, note in notes)
+
+
+def comparison_text(table: Any, first: Sequence[str] = ()) -> str:
+    """The terminal table of ``compare`` and ``study``, its legend under it.
+
+    Parameters
+    ----------
+    table
+        A :func:`sdnn_dask.report.tables.comparison`.
+    first
+        Columns before the configuration's (``study``: ``network, inputs``).
+
+    Returns
+    -------
+    str
+        The aligned table (:func:`compare_columns`; ``seconds`` with its fastest and
+        slowest repeat, :func:`sdnn_dask.report.tables.with_spread`), an empty line, the
+        legend (:func:`compare_legend`).
+    """
+    from ..formatting import to_text
+    from ..report.tables import with_spread
+
+    columns = compare_columns(table, first)
+    return to_text(with_spread(table), columns) + "\n\n" + compare_legend(columns)
 
 
 def all_or_nothing(what: str, folder: Path, write: Callable[[], object]) -> int | None:

@@ -42,6 +42,7 @@ from .tables import (
     PARTITION_ORDER,
     PROBLEM,
     SERIAL,
+    SETTINGS,
     STRATEGY_ORDER,
     TRANSPORT_ORDER,
     comparison,
@@ -56,6 +57,7 @@ from .tables import (
     runs,
     sort_configurations,
     spread_text,
+    varying,
     with_spread,
 )
 
@@ -69,6 +71,7 @@ __all__ = [
     "PROJECTION_COLUMNS",
     "SERIAL",
     "SERIES",
+    "SETTINGS",
     "SHOWN",
     "SHOWN_WHEN_VARYING",
     "STRATEGY_ORDER",
@@ -100,5 +103,6 @@ __all__ = [
     "summary_markdown",
     "to_markdown",
     "to_text",
+    "varying",
     "with_spread",
 ]

@@ -67,9 +67,11 @@ HEADERS = {
     "weights": "weights", "row_groups": "row groups", "weight_gb": "weights a worker (GB)",
     "peak_gb": "peak a worker (GB)", "read_gb": "store read a worker (GB)",
     "read_share": "of the store a worker", "gb_moved": "GB moved", "dedup": "dedup",
+    "nbuckets": "hash buckets", "epsilon": "hypergraph ε", "dense_threshold":
+    "dense threshold", "chunk_bytes": "dense tile (bytes)", "merge_blocks": "blocks merged",
 }
 _TEXT_COLUMNS = {"strategy", "partition", "row_partition", "transport", "check", "network",
-                 "held_out", "weights", "dedup"}
+                 "held_out", "weights", "dedup", "placement", "merge_blocks"}
 
 
 @dataclass

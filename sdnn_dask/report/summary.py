@@ -17,6 +17,7 @@ from .memory import MEMORY_COLUMNS, MEMORY_NOTES, memory_headline, memory_table
 from .tables import (
     PARTITION_ORDER,
     SERIAL,
+    SETTINGS,
     STRATEGY_ORDER,
     comparison,
     describe,
@@ -25,13 +26,14 @@ from .tables import (
     latest_runs,
     problems,
     rank,
+    varying,
     with_spread,
 )
 
 #: The comparison columns the reports show, in order.
 SHOWN = ["strategy", "partition", "row_partition", "transport", "placement",
-         "merge_blocks", "weights", "workers",
-         "blocks", "parts", "dense_threshold", "chunk_bytes", "dedup", "repeats", "seconds",
+         "merge_blocks", "weights", "workers", "blocks", "parts", "seed", "nbuckets",
+         "epsilon", "dense_threshold", "chunk_bytes", "dedup", "repeats", "seconds",
          "edges_per_s", "speedup", "vs_kernel", "vs_data", "imbalance", "survivor_imbalance",
          "mb_moved", "predicted_volume", "check"]
 
@@ -56,7 +58,11 @@ COLUMN_NOTES = {
                         "summed over layers and row groups",
     "transport": "how parts exchanged pieces: direct (worker to worker) or graph (a Dask "
                  "task per part and layer)",
-    "row_partition": "how the hybrid split its rows into row groups",
+    "row_partition": "how the hybrid split its rows into row groups (shown when runs "
+                     "differ)",
+    "seed": "seed of the random partitions (shown when runs differ)",
+    "nbuckets": "buckets of the hash partition (shown when runs differ)",
+    "epsilon": "imbalance bound of the hypergraph partition (shown when runs differ)",
     "blocks": "row blocks (data), or parts x row groups (model, hybrid)",
     "parts": "neuron parts k",
     "dense_threshold": "the kernel's dense-step threshold for this run (shown when runs "
@@ -75,21 +81,22 @@ COLUMN_NOTES = {
                       "the layers: the work actually done) over the blocks",
 }
 #: Columns shown only when configurations differ in them (else they are the defaults).
-SHOWN_WHEN_VARYING = ("dense_threshold", "chunk_bytes", "dedup", "placement", "merge_blocks",
-                      "weights")
+SHOWN_WHEN_VARYING = SETTINGS
 
 
 def shown_columns(cmp: pd.DataFrame, columns: Sequence[str] = SHOWN) -> list[str]:
     """``columns`` without those that are empty in every row of ``cmp`` (e.g. ``transport``
-    without model runs)."""
+    without model runs), and without the settings of :data:`SHOWN_WHEN_VARYING` in which
+    its rows do not differ (:func:`sdnn_dask.report.tables.varying`)."""
     keep = []
+    differ = set(varying(cmp, [c for c in columns if c in SHOWN_WHEN_VARYING]))
     for column in columns:
         values = cmp[column]
         if values.dtype == "string" or values.dtype == object:
             empty = (values.astype(str) == "").all()
         else:
             empty = values.isna().all()
-        if column in SHOWN_WHEN_VARYING and values.nunique(dropna=True) <= 1:
+        if column in SHOWN_WHEN_VARYING and column not in differ:
             continue
         if not empty or column in ("strategy", "partition", "check"):
             keep.append(column)

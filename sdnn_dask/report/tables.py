@@ -26,6 +26,10 @@ from ..records import RUN_DTYPES, RUN_LEVEL, typed
 CONFIG = ["network", "inputs", "strategy", "partition", "row_partition", "transport",
           "workers", "blocks", "parts", "row_groups", "seed", "nbuckets", "epsilon",
           "dense_threshold", "chunk_bytes", "dedup", "placement", "merge_blocks", "weights"]
+#: The run settings of :data:`CONFIG` a table shows only where its rows differ in them
+#: (:func:`varying`): otherwise every row has the same, the default, and it goes unsaid.
+SETTINGS = ("row_partition", "seed", "nbuckets", "epsilon", "dense_threshold", "chunk_bytes",
+            "dedup", "placement", "merge_blocks", "weights")
 #: What identifies a problem: the ratios of :func:`comparison` stay within one.
 PROBLEM = ["network", "inputs"]
 #: The order strategies and partitions are listed and drawn in.
@@ -198,6 +202,31 @@ def with_spread(cmp: pd.DataFrame) -> pd.DataFrame:
     out = cmp.copy()
     out["seconds"] = [spread_text(m, lo, hi, n) for m, lo, hi, n in zip(
         cmp["seconds"], cmp["seconds_min"], cmp["seconds_max"], repeats, strict=True)]
+    return out
+
+
+def varying(table: pd.DataFrame, columns: Sequence[str] = SETTINGS) -> list[str]:
+    """The ``columns`` of ``table`` in which its rows differ, in the order given.
+
+    Blanks and NaN do not count as a value: a setting that does not apply to a strategy
+    (the reference's ``dedup``, a model run's ``placement``) is blank there, and a table of
+    runs that all share one setting where it applies has nothing to say about it.
+
+    Parameters
+    ----------
+    table
+        A :func:`comparison` (or any frame with some of ``columns``).
+    columns
+        The columns to look at (:data:`SETTINGS`); those missing from ``table`` are
+        skipped.
+    """
+    out = []
+    for column in columns:
+        if column not in table:
+            continue
+        values = {str(v) for v in table[column].dropna()} - {"", "nan", "<NA>"}
+        if len(values) > 1:
+            out.append(column)
     return out
 
 
