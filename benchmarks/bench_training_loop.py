@@ -33,7 +33,7 @@ mean loss from the serial one's. The first three steps' losses are checked again
 serial ones (relative 1e-3: sums in another order); a FAIL is printed and sets the exit
 status. Later epochs are not checked: beyond a few layers training amplifies the
 rounding of sums in another order until the trajectories part (see
-``sdnn_dask.training.compare.EPOCH_LOSS_RTOL``), so the deviation is reported instead::
+``sdnn_dask.study.training_comparison.EPOCH_LOSS_RTOL``), so the deviation is reported instead::
 
     python benchmarks/bench_training_loop.py [--layers 4 16 120] [--batches 32 256]
         [--epochs 5] [--partitions block hypergraph] [--buckets 64KiB 1MiB]

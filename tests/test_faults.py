@@ -44,9 +44,9 @@ from sdnn_dask.parallel import (
 from sdnn_dask.parallel.faults import gather_pinned
 from sdnn_dask.parallel.transport.exchange import RunAborted
 from sdnn_dask.parallel.transport.run import active_runs
+from sdnn_dask.study.training_comparison import make_trainer
 from sdnn_dask.testing import assert_same_result
 from sdnn_dask.training import SGD, fit, fit_trainer, init_model
-from sdnn_dask.training.compare import make_trainer
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -8,7 +8,8 @@ import pytest
 
 from sdnn_dask.cli import Progress, main
 from sdnn_dask.cli.train import _write_training
-from sdnn_dask.training.compare import DIGITS_COLUMNS, STEP_COLUMNS, digits_steps
+from sdnn_dask.report.training import digits_steps
+from sdnn_dask.study.training_comparison import DIGITS_COLUMNS, STEP_COLUMNS
 
 
 def test_train_runs_every_strategy_and_records_each_step(tmp_path, capsys):

@@ -10,17 +10,19 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
-from sdnn_dask.training import SGD, fit, fit_trainer, gradients, init_model, train_step
-from sdnn_dask.training.compare import (
-    ACCURACY_TOL,
+from sdnn_dask.report.training import (
     CROSSOVER_COLUMNS,
-    DIGITS_COLUMNS,
-    EPOCH_LOSS_RTOL,
-    compare_digits,
     crossover,
     crossover_sentences,
     training_markdown,
 )
+from sdnn_dask.study.training_comparison import (
+    ACCURACY_TOL,
+    DIGITS_COLUMNS,
+    EPOCH_LOSS_RTOL,
+    compare_digits,
+)
+from sdnn_dask.training import SGD, fit, fit_trainer, gradients, init_model, train_step
 from sdnn_dask.training.loop import HISTORY_COLUMNS, TRAINER_HISTORY_COLUMNS, batches
 
 # --------------------------------------------------------------------------- fit_trainer
@@ -158,7 +160,7 @@ def _steps() -> pd.DataFrame:
                 workers = 1 if strategy == "serial" else 2
                 rows.append((strategy, partition, workers, 2 if strategy == "data" else 1,
                              batch, step, s + jitter, 1.0, 1.0, moved, "PASS"))
-    from sdnn_dask.training.compare import STEP_COLUMNS
+    from sdnn_dask.study.training_comparison import STEP_COLUMNS
 
     return pd.DataFrame(rows, columns=STEP_COLUMNS)
 

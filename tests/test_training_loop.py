@@ -16,8 +16,8 @@ from distributed import get_task_stream
 
 from sdnn_dask.parallel.transport.collectives import TIMING_KEYS
 from sdnn_dask.parallel.transport.run import active_runs
+from sdnn_dask.study.training_comparison import make_trainer
 from sdnn_dask.training import SGD, fit, fit_trainer, init_model, train_step
-from sdnn_dask.training.compare import make_trainer
 from sdnn_dask.training.data_parallel import DataParallelTrainer
 from sdnn_dask.training.loop import batches
 from sdnn_dask.training.model_parallel import ModelParallelTrainer

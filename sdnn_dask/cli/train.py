@@ -93,7 +93,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     partitions = _train_partitions(args.model)
     if args.task == "digits":
         return _train_digits(args, partitions)
-    from ..training.compare import compare_training, crossover, crossover_sentences, summarise
+    from ..report.training import crossover, crossover_sentences, summarise
+    from ..study.training_comparison import compare_training
 
     progress = Progress(args.quiet)
     if not args.no_write:
@@ -129,7 +130,8 @@ def _write_training(folder: Path, steps, progress: Progress) -> list[Path]:
     ``folder``, each replaced atomically; a ``training.png`` left from an earlier run is
     removed when no figure is made, so the report never shows another run's."""
     from ..report import figures
-    from ..training.compare import training_markdown
+    from ..report.training import training_markdown
+    from ..study.training_comparison import LOSS_RTOL
 
     csv = folder / "training.csv"
     with atomic_path(csv) as tmp:
@@ -149,19 +151,16 @@ def _write_training(folder: Path, steps, progress: Progress) -> list[Path]:
         png.unlink(missing_ok=True)
     md = folder / "training.md"
     written.append(write_text_atomic(md, training_markdown(
-        steps, figure=png.name if fig is not None else None, figure_missing=missing)))
+        steps, figure=png.name if fig is not None else None, figure_missing=missing,
+        loss_rtol=LOSS_RTOL)))
     return written
 
 
 def _train_digits(args: argparse.Namespace, partitions: list[str]) -> int:
     import pandas as pd
 
-    from ..training.compare import (
-        compare_digits,
-        crossover,
-        crossover_sentences,
-        digits_steps,
-    )
+    from ..report.training import crossover, crossover_sentences, digits_steps
+    from ..study.training_comparison import compare_digits
     from ..training.digits import load_digits_1024
 
     progress = Progress(args.quiet)

@@ -545,13 +545,14 @@ def imbalance_figure(cmp: pd.DataFrame, *, title: str = "") -> Figure | None:
 
 def training_figure(steps: pd.DataFrame, *, title: str = "") -> Figure | None:
     """Bytes and seconds per training step against the batch, log-log: one line per
-    strategy and partition (``steps``: :func:`sdnn_dask.training.compare.compare_training`'s
-    rows; medians over the steps). Bytes: data parallelism's (flat: every weight gradient)
+    strategy and partition (``steps``:
+    :func:`sdnn_dask.study.training_comparison.compare_training`'s rows; medians over the
+    steps). Bytes: data parallelism's (flat: every weight gradient)
     and each model-parallel partition's (proportional to the batch: activations and errors),
     drawn as lines over the whole batch axis through the measured points, with the batch
     where they cross marked; serial moves nothing and is in the seconds panel only.
     ``None`` without steps."""
-    from ..training.compare import crossover
+    from .training import crossover
 
     if steps.empty:
         return None

@@ -1,14 +1,12 @@
-"""Training under every strategy, side by side, checked against the serial run.
+"""Training under every strategy, side by side, checked against the serial run (the
+report on it: :mod:`sdnn_dask.report.training`).
 
 :func:`compare_training` starts one model, copies it for the serial compiled step, the
 data-parallel trainer and a model-parallel trainer per neuron partition, and gives them
 the same batches: every step's loss is checked against the serial step's on the same
 batch (the copies take the same steps, so they stay together up to float32 rounding in
 another order). One row per strategy, partition, batch size and step; no timing includes
-compilation or placement (an untimed first step each). :func:`summarise` gives medians per
-batch and :func:`crossover` the batch where model parallelism's bytes (activations and
-errors, proportional to the batch) equal data parallelism's (every weight gradient,
-whatever the batch); :func:`training_markdown` puts them in a report.
+compilation or placement (an untimed first step each).
 
 :func:`compare_digits` trains every strategy on the digits task for whole epochs from the
 same initial model and batches, and checks each epoch's loss and held-out accuracy against
@@ -20,7 +18,6 @@ entry there.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,29 +29,22 @@ from distributed import Client
 
 from ..core.network import Network
 from ..data.images import make_inputs
-from ..formatting import to_markdown
-from .compiled import Workspace
-from .data_parallel import DataParallelTrainer
-from .digits import DigitsData, digits_model, load_digits_1024
-from .loop import fit, fit_trainer, step_bytes, train_step
-from .model import SparseModel, init_model
-from .model_parallel import ModelParallelTrainer
-from .optim import SGD
+from ..training.compiled import Workspace
+from ..training.data_parallel import DataParallelTrainer
+from ..training.digits import DigitsData, digits_model, load_digits_1024
+from ..training.loop import fit, fit_trainer, step_bytes, train_step
+from ..training.model import SparseModel, init_model
+from ..training.model_parallel import ModelParallelTrainer
+from ..training.optim import SGD
 
 __all__ = [
-    "CROSSOVER_COLUMNS",
     "DIGITS_COLUMNS",
     "STEP_COLUMNS",
     "TRAINERS",
     "compare_digits",
     "compare_training",
-    "crossover",
-    "crossover_sentences",
-    "digits_steps",
     "make_trainer",
     "runs",
-    "summarise",
-    "training_markdown",
 ]
 
 #: The columns of :func:`compare_training`'s rows.
@@ -65,11 +55,6 @@ STEP_COLUMNS = ["strategy", "partition", "workers", "row_groups", "batch", "step
 DIGITS_COLUMNS = ["strategy", "partition", "workers", "row_groups", "batch", "epoch", "loss",
                   "serial_loss",
                   "train_accuracy", "test_accuracy", "seconds", "bytes_moved", "check"]
-
-#: The columns of :func:`crossover`'s rows.
-CROSSOVER_COLUMNS = ["strategy", "partition", "workers", "data_bytes_per_step",
-                     "bytes_per_row", "bytes_crossover_batch", "batches",
-                     "seconds_crossover_batch"]
 
 #: Relative difference of a step's loss from the serial one's that still passes: float32
 #: sums in another order drift apart slowly over many layers (1e-5 at 4 layers, up to a
@@ -252,160 +237,6 @@ def compare_training(client: Client, network: Network, *, batches: Sequence[int]
     return pd.DataFrame(out, columns=STEP_COLUMNS)
 
 
-def summarise(steps: pd.DataFrame) -> pd.DataFrame:
-    """Per strategy, partition and batch: median seconds per step, against the serial
-    step, MB moved per step, and whether every step passed."""
-    keys = ["strategy", "partition", "workers", "row_groups", "batch"]
-    table = (steps.groupby(keys, sort=False)
-             .agg(seconds=("seconds", "median"), mb_per_step=("bytes_moved", "median"),
-                  check=("check", lambda c: "PASS" if (c == "PASS").all() else "FAIL"))
-             .reset_index())
-    serial = table[table["strategy"] == "serial"].set_index("batch")["seconds"]
-    table["vs_serial"] = table["batch"].map(serial) / table["seconds"]
-    table["mb_per_step"] = table["mb_per_step"] / 1e6
-    return table[[*keys, "seconds", "vs_serial", "mb_per_step", "check"]]
-
-
-def crossover(steps: pd.DataFrame) -> pd.DataFrame:
-    """Where model parallelism's bytes and seconds per step meet data parallelism's.
-
-    Data parallelism moves every weight gradient each step, whatever the batch; model
-    parallelism moves activation columns forward and errors backward, ``bytes_per_row``
-    for every row of the batch. So they move the same at a batch of ``data bytes /
-    bytes_per_row`` rows, fewer below it for model parallelism, more above.
-
-    Parameters
-    ----------
-    steps
-        :func:`compare_training`'s rows (:data:`STEP_COLUMNS`).
-
-    Returns
-    -------
-    pandas.DataFrame
-        :data:`CROSSOVER_COLUMNS`, one row per model-parallel partition and worker count
-        with a data-parallel run on as many workers: ``data_bytes_per_step`` (the median
-        over data parallelism's steps), ``bytes_per_row`` (the least-squares slope through
-        0 of the partition's bytes against the batch: the bytes are proportional to it),
-        ``bytes_crossover_batch`` (their ratio), ``batches`` (the batch sizes both ran, as
-        ``"64,512"``), ``seconds_crossover_batch``: the batch where the median seconds per
-        step of the two are equal, interpolated linearly in log batch between the first
-        two measured batch sizes where the faster one changes; NaN if they do not cross
-        between the measured sizes (nothing is extrapolated).
-    """
-    out = []
-    medians = (steps.groupby(["strategy", "partition", "workers", "batch"], sort=False)
-               .agg(seconds=("seconds", "median"), bytes_moved=("bytes_moved", "median"))
-               .reset_index())
-    for workers, rows in medians.groupby("workers", sort=False):
-        data = rows[rows["strategy"] == "data"]
-        if data.empty:
-            continue
-        data_bytes = float(data["bytes_moved"].median())
-        data_seconds = data.set_index("batch")["seconds"]
-        model_steps = steps[(steps["strategy"] == "model") & (steps["workers"] == workers)]
-        for partition, mine in model_steps.groupby("partition", sort=False):
-            batch = mine["batch"].to_numpy(float)
-            per_row = float(np.dot(batch, mine["bytes_moved"].to_numpy(float))
-                            / np.dot(batch, batch))
-            seconds = rows[(rows["strategy"] == "model") & (rows["partition"] == partition)
-                           ].set_index("batch")["seconds"]
-            common = sorted(set(seconds.index) & set(data_seconds.index))
-            out.append({
-                "strategy": "model", "partition": partition, "workers": workers,
-                "data_bytes_per_step": data_bytes, "bytes_per_row": per_row,
-                "bytes_crossover_batch": data_bytes / per_row if per_row > 0 else math.nan,
-                "batches": ",".join(str(int(b)) for b in common),
-                "seconds_crossover_batch": _crossing(
-                    common, [seconds[b] - data_seconds[b] for b in common]),
-            })
-    return pd.DataFrame(out, columns=CROSSOVER_COLUMNS)
-
-
-def _crossing(batches: Sequence[int], diff: Sequence[float]) -> float:
-    """The first batch where ``diff`` (measured at ``batches``, ascending) is 0, linear in
-    log batch between two measured sizes of opposite sign; NaN if it never changes sign."""
-    for i, d in enumerate(diff):
-        if d == 0:
-            return float(batches[i])
-        if i + 1 < len(diff) and d * diff[i + 1] < 0:
-            lo, hi = math.log(batches[i]), math.log(batches[i + 1])
-            return math.exp(lo + (hi - lo) * d / (d - diff[i + 1]))
-    return math.nan
-
-
-def _mb(value: float) -> str:
-    return f"{value / 1e6:.3g} MB"
-
-
-def crossover_sentences(table: pd.DataFrame, steps: pd.DataFrame) -> list[str]:
-    """The crossover (``table``: :func:`crossover` of ``steps``) in words, one sentence per
-    model-parallel partition; a sentence saying why there is none without both
-    strategies."""
-    if table.empty:
-        return ["No crossover: it needs a data-parallel and a model-parallel run on the same "
-                "workers."]
-    out = []
-    data_bytes = table.groupby("workers", sort=False)["data_bytes_per_step"].first()
-    for workers, moved in data_bytes.items():
-        out.append(f"Data parallelism on {workers} workers moves every weight gradient each "
-                   f"step: {_mb(moved)} whatever the batch.")
-    for row in table.itertuples(index=False):
-        text = (f"Model parallelism ({row.partition}) moves activations forward and errors "
-                f"backward, {row.bytes_per_row / 1e3:.3g} kB per row of the batch: fewer "
-                f"bytes than data parallelism below a batch of "
-                f"{row.bytes_crossover_batch:.0f} rows, more above.")
-        batches = [int(b) for b in row.batches.split(",") if b]
-        if not math.isnan(row.seconds_crossover_batch):
-            text += (f" Its measured seconds per step equal data parallelism's at a batch of "
-                     f"about {row.seconds_crossover_batch:.0f} (interpolated in log batch).")
-        elif batches:
-            mine = steps[(steps["strategy"] == "model") & (steps["partition"] == row.partition)
-                         & (steps["workers"] == row.workers)]
-            data = steps[(steps["strategy"] == "data") & (steps["workers"] == row.workers)]
-            slower = (mine.groupby("batch")["seconds"].median()
-                      > data.groupby("batch")["seconds"].median()).reindex(batches).all()
-            text += (f" Its measured seconds per step do not cross data parallelism's between "
-                     f"batches {batches[0]} and {batches[-1]}: it is "
-                     f"{'slower' if slower else 'faster'} at every batch measured.")
-        out.append(text)
-    return out
-
-
-def training_markdown(steps: pd.DataFrame, figure: str | None = None,
-                      figure_missing: str = "") -> str:
-    """The training report: :func:`summarise`'s table, :func:`crossover`'s, the crossover
-    in words, and ``figure`` (a PNG's path relative to the report) embedded, or
-    ``figure_missing`` said in its place."""
-    table = crossover(steps)
-    shown = table.assign(
-        data_mb_per_step=table["data_bytes_per_step"] / 1e6,
-        kb_per_row=table["bytes_per_row"] / 1e3,
-        bytes_crossover_batch=table["bytes_crossover_batch"].round(1),
-        seconds_crossover_batch=table["seconds_crossover_batch"].round(1))
-    lines = [
-        "# Training steps: serial, data and model parallelism, hybrid", "",
-        "Median seconds per step over the timed steps of each batch size (after an untimed "
-        "one), against the serial compiled step, and MB moved between workers per step; "
-        f"every step's loss checked against the serial step's (within {LOSS_RTOL:g}).", "",
-        to_markdown(summarise(steps)), "",
-        "## Bytes moved: data against model parallelism", "",
-        *(line for sentence in crossover_sentences(table, steps) for line in (sentence, "")),
-    ]
-    if len(table):
-        lines += [to_markdown(shown, ["strategy", "partition", "workers", "data_mb_per_step",
-                                      "kb_per_row", "bytes_crossover_batch", "batches",
-                                      "seconds_crossover_batch"]), "",
-                  "`bytes_crossover_batch`: the batch at which model parallelism's bytes per "
-                  "step equal data parallelism's; `seconds_crossover_batch`: where their "
-                  "median seconds per step do (interpolated in log batch; empty if they do "
-                  "not cross between the batches measured).", ""]
-    if figure:
-        lines += [f"![bytes and seconds per step against the batch]({figure})", ""]
-    elif figure_missing:
-        lines += [figure_missing, ""]
-    return "\n".join(lines)
-
-
 def compare_digits(client: Client, *, layers: int = 4, epochs: int = 5, batch: int = 32,
                    strategies: Sequence[str] = ("data", "model", "hybrid"),
                    partitions: Sequence[str] = ("block",), k: int | None = None,
@@ -473,14 +304,3 @@ def compare_digits(client: Client, *, layers: int = 4, epochs: int = 5, batch: i
                                      serial_loss=serial["loss"],
                                      check=np.where(ok, "PASS", "FAIL")))
     return pd.concat(frames, ignore_index=True)[DIGITS_COLUMNS]
-
-
-def digits_steps(epochs: pd.DataFrame, rows: int) -> pd.DataFrame:
-    """:func:`compare_digits`' epochs (of one or more batch sizes, ``rows`` training rows)
-    as what :func:`crossover` reads: per epoch, the mean seconds and bytes of a step
-    (an epoch's are ``ceil(rows / batch)`` steps). The first epoch of each run is left
-    out when there are more (its seconds include the workers' first calls)."""
-    later = epochs[epochs["epoch"] > 1] if (epochs["epoch"] > 1).any() else epochs
-    per_epoch = np.ceil(rows / later["batch"].to_numpy(float))
-    return later.assign(seconds=later["seconds"] / per_epoch,
-                        bytes_moved=later["bytes_moved"] / per_epoch)
