@@ -13,16 +13,94 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core.kernels import ROW_TILE, SETUP_ROWS, KernelSettings
+from ..core.kernels import ROW_TILE, KernelSettings
+from ..core.kernels.schedule import ChunkSchedule
 from .terms import BLOCK_TERMS, K
 
 __all__ = ["kernel_estimate", "kernel_schedule"]
 
 
 @dataclass
-class _Chunk:
+class _Rows:
+    """A chunk of the replay: its live rows' ids, the level they are at, its form."""
+
     live: np.ndarray
+    level: int = 0
     dense: bool = False
+
+
+class _Replay:
+    """The kernel's chunk actions (:class:`~sdnn_dask.core.kernels.schedule.ChunkActions`)
+    on row ids, counting, in the units of :data:`KERNEL_TERMS` and :data:`BLOCK_TERMS`,
+    the work each would do; :class:`ChunkSchedule` decides which happen."""
+
+    def __init__(self, counts: np.ndarray, levels: np.ndarray, schedule: ChunkSchedule,
+                 weights: float):
+        n_layers = len(levels) - 1
+        self.counts, self.levels, self.schedule = counts, levels, schedule
+        self.n, self.weights = schedule.n_neurons, weights
+        self.work = np.zeros((n_layers, K))
+        self.block = np.zeros(K + len(BLOCK_TERMS))
+        self.modes: list[set[str]] = [set() for _ in range(n_layers)]
+        self.repacked = 0.0  # rows copied by repacks of dense tiles
+        self.repacks = 0  # repacks so far (a layer that repacked changed its chunks)
+
+    def nnz(self, chunk: _Rows) -> float:
+        """Nonzeros of the chunk's live rows."""
+        return float(self.counts[self.levels[chunk.level], chunk.live].sum())
+
+    def advance(self, chunk: _Rows, k: int) -> None:
+        """Count layer ``k``'s step of ``chunk`` and drop the rows that die."""
+        rows, n = len(chunk.live), self.n
+        if not rows:
+            return
+        nnz = self.nnz(chunk)
+        dense = self.schedule.dense_due(nnz, rows)
+        w = self.work[k]
+        if dense:
+            if not chunk.dense:  # sparse rows made into a tile
+                w[6] += n * rows
+            w[0] += self.weights * n * rows
+            w[1] += self.weights * n * -(-rows // ROW_TILE)
+            w[2] += 1
+            self.modes[k].add("dense")
+        else:
+            if chunk.dense:  # a tile made into sparse rows
+                w[7] += n * rows
+                w[8] += nnz
+                w[9] += 1
+            w[3] += self.weights * nnz
+            w[4] += n * rows
+            w[5] += 1
+            self.modes[k].add("sparse")
+        chunk.dense = dense
+        chunk.level = k + 1
+        chunk.live = chunk.live[self.counts[self.levels[k + 1], chunk.live] > 0]
+        if not len(chunk.live):
+            chunk.dense = False
+
+    def repack(self, chunks: list[_Rows]) -> list[_Rows]:
+        """Full chunks of ``chunks``' rows, dense if any was (as :meth:`Chunk.repack`)."""
+        self.repacks += 1
+        chunks = sorted(chunks, key=lambda c: c.live[0])
+        rows = np.concatenate([c.live for c in chunks])
+        dense = any(c.dense for c in chunks)
+        if dense:
+            self.repacked += len(rows)
+        cr, level = self.schedule.chunk_rows, chunks[0].level
+        return [_Rows(rows[s: s + cr], level, dense) for s in self.schedule.starts(len(rows))]
+
+    def drop(self, chunk: _Rows) -> None:
+        """A chunk whose rows all died: nothing to do."""
+
+    def set_aside(self, chunk: _Rows) -> None:
+        """A part-empty tile left by the depth-first runs is made sparse, outside any
+        layer: the block's ``to_sparse`` terms."""
+        if chunk.dense:
+            self.block[7] += self.n * len(chunk.live)
+            self.block[8] += self.nnz(chunk)
+            self.block[9] += 1
+            chunk.dense = False
 
 
 def kernel_schedule(counts: np.ndarray, levels: np.ndarray, n: int,
@@ -31,77 +109,25 @@ def kernel_schedule(counts: np.ndarray, levels: np.ndarray, n: int,
     """Replay :func:`~sdnn_dask.core.kernels.forward_block`'s chunk schedule on per-row counts
     (``counts[levels[k]]`` are level ``k``'s).
 
-    Returns the per-layer regressors (``layers x`` :data:`KERNEL_TERMS`, in their
-    units), the block's regressors (:data:`KERNEL_TERMS` for the last tiles made sparse,
-    then :data:`BLOCK_TERMS`) and each layer's mode as the trace names it (``dense``,
-    ``sparse``, ``mixed`` or ``none``). Once the levels repeat (an extended profile) and
-    a layer changed nothing, the remaining layers are copies of it.
+    The kernel's own :class:`~sdnn_dask.core.kernels.schedule.ChunkSchedule` walks
+    chunks of row ids (depth-first runs, repacks, dense or sparse steps), so the work
+    counted is the work the kernel does with every live row stepped (``settings.dedup``
+    is not replayed). Returns the per-layer regressors (``layers x``
+    :data:`KERNEL_TERMS`, in their units), the block's regressors (:data:`KERNEL_TERMS`
+    for the tiles made sparse outside the layers, then :data:`BLOCK_TERMS`) and each
+    layer's mode as the trace names it (``dense``, ``sparse``, ``mixed`` or ``none``).
+    Once the levels repeat (an extended profile) and a layer changed nothing, the
+    remaining layers are copies of it.
     """
     n_layers = len(levels) - 1
-    cr = settings.chunk_rows(n)
-    thr = float(settings.dense_threshold)
-    w_layer = weights * n
-    work = np.zeros((n_layers, K))
-    modes: list[set[str]] = [set() for _ in range(n_layers)]
-    repacked = 0.0
+    schedule = settings.schedule(n, n_layers)
+    replay = _Replay(counts, levels, schedule, weights)
+    work, modes = replay.work, replay.modes
     live = np.flatnonzero(counts[levels[0]]).astype(np.int64)
-    chunks = [_Chunk(live[s: s + cr]) for s in range(0, len(live), cr)]
-
-    def advance(chunk: _Chunk, k: int) -> None:
-        rows = len(chunk.live)
-        if not rows:
-            return
-        nnz = float(counts[levels[k], chunk.live].sum())
-        dense = nnz >= thr * (1.0 + SETUP_ROWS / rows) * n * rows
-        w = work[k]
-        if dense:
-            if not chunk.dense:
-                w[6] += n * rows
-            w[0] += w_layer * rows
-            w[1] += w_layer * -(-rows // ROW_TILE)
-            w[2] += 1
-            modes[k].add("dense")
-        else:
-            if chunk.dense:
-                w[7] += n * rows
-                w[8] += nnz
-                w[9] += 1
-            w[3] += weights * nnz
-            w[4] += n * rows
-            w[5] += 1
-            modes[k].add("sparse")
-        chunk.dense = dense
-        chunk.live = chunk.live[counts[levels[k + 1], chunk.live] > 0]
-        if not len(chunk.live):
-            chunk.dense = False
-
-    def repack(group: list[_Chunk]) -> list[_Chunk]:
-        nonlocal repacked
-        rows = np.concatenate([c.live for c in group])
-        dense = any(c.dense for c in group)
-        if dense:
-            repacked += len(rows)
-        return [_Chunk(rows[s: s + cr], dense) for s in range(0, len(rows), cr)]
-
-    early = 0
-    packed: list[_Chunk] = []
-    pending: list[_Chunk] = []
-    for i, chunk in enumerate(chunks):
-        k = 0
-        while k < n_layers and (k < early if i else 4 * len(chunk.live) > cr):
-            advance(chunk, k)
-            k += 1
-        if i == 0:
-            early = k
-        if len(chunk.live):
-            pending.append(chunk)
-        if sum(len(c.live) for c in pending) >= cr:
-            *full, last = repack(pending)
-            packed += full
-            pending = [last] if len(last.live) < cr else []
-            if not pending:
-                packed.append(last)
-    chunks = packed + pending
+    cr = schedule.chunk_rows
+    early, joining = schedule.depth_first(
+        [_Rows(live[s: s + cr]) for s in schedule.starts(len(live))], replay)
+    chunks: list[_Rows] = []
     quiet = False  # the previous layer changed no chunk (no form change, no repack)
     for k in range(early, n_layers):
         if (quiet and k > early and levels[k] == levels[k - 1] == levels[k + 1]
@@ -110,22 +136,19 @@ def kernel_schedule(counts: np.ndarray, levels: np.ndarray, n: int,
             for j in range(k, n_layers):
                 modes[j] = set(modes[k - 1])
             break
-        for chunk in chunks:
-            advance(chunk, k)
-        chunks = [c for c in chunks if len(c.live)]
-        live_rows = sum(len(c.live) for c in chunks)
-        quiet = work[k, 6] == 0 and work[k, 7] == 0
-        if len(chunks) > 1 and len(chunks) >= 2 * -(-live_rows // cr):
-            chunks = repack(chunks)
-            quiet = False
-    block = np.zeros(K + len(BLOCK_TERMS))
+        repacks = replay.repacks
+        chunks = schedule.layer(chunks, k, replay, joining)
+        joining = []
+        quiet = work[k, 6] == 0 and work[k, 7] == 0 and replay.repacks == repacks
+    chunks += joining  # a block that ran every layer depth first
+    block = replay.block
     last = levels[-1]
-    for c in chunks:
+    for c in chunks:  # the last tiles are made sparse for the output
         if c.dense:
             block[7] += n * len(c.live)
             block[8] += float(counts[last, c.live].sum())
             block[9] += 1
-    block[K:] = [1.0, counts.shape[1], n * repacked]
+    block[K:] = [1.0, counts.shape[1], n * replay.repacked]
     names = ["none" if not m else next(iter(m)) if len(m) == 1 else "mixed" for m in modes]
     return work, block, names
 
@@ -145,8 +168,8 @@ def kernel_estimate(live: np.ndarray, nnz: np.ndarray, n: int, settings: KernelS
     is unknown).
     """
     n_layers = len(live) - 1
-    cr = settings.chunk_rows(n)
-    thr = float(settings.dense_threshold)
+    schedule = settings.schedule(n, n_layers)  # the kernel's rules, on the level totals
+    cr = schedule.chunk_rows
     w_layer = weights * n
     work = np.zeros((n_layers, K))
     usable = np.ones(n_layers, bool)
@@ -159,23 +182,22 @@ def kernel_estimate(live: np.ndarray, nnz: np.ndarray, n: int, settings: KernelS
     repacked = 0.0
     first = min(cr, rows0)
     early = 0
-    while early < n_layers and 4 * first * live[early] / rows0 > cr:
+    while early < n_layers and schedule.keeps_alone(first * live[early] / rows0):
         early += 1
-    chunks = math.ceil(rows0 / cr)
+    chunks = schedule.needed(rows0)
     previous = "sparse"  # the inputs arrive as sparse rows
     for k in range(n_layers):
         rows = float(live[k])
         if k == early and rows:
             if previous == "dense":
                 repacked += rows
-            chunks = math.ceil(rows / cr)
+            chunks = schedule.needed(rows)
         elif k > early:
             chunks = min(chunks, math.ceil(rows))
-            need = math.ceil(rows / cr)
-            if chunks > 1 and chunks >= 2 * need:
+            if schedule.repack_due(chunks, rows):
                 if previous == "dense":
                     repacked += rows
-                chunks = need
+                chunks = schedule.needed(rows)
         if rows <= 0 or chunks <= 0:
             names.append("none")
             continue
@@ -183,8 +205,7 @@ def kernel_estimate(live: np.ndarray, nnz: np.ndarray, n: int, settings: KernelS
         if modes is not None:
             mode = modes[k]
         else:
-            mode = ("dense" if nnz[k] >= thr * (1.0 + SETUP_ROWS / per_chunk) * n * rows
-                    else "sparse")
+            mode = "dense" if schedule.dense_due(nnz[k], rows, per_chunk) else "sparse"
         names.append(mode)
         if mode == "mixed" or (k and modes is not None and modes[k - 1] == "mixed"):
             usable[k] = False
@@ -204,6 +225,6 @@ def kernel_estimate(live: np.ndarray, nnz: np.ndarray, n: int, settings: KernelS
         previous = "dense" if mode == "mixed" else mode
     if previous == "dense" and live[-1] > 0:
         block[7], block[8] = n * float(live[-1]), float(nnz[-1])
-        block[9] = math.ceil(float(live[-1]) / cr)
+        block[9] = schedule.needed(float(live[-1]))
     block[K:] = [1.0, rows0, n * repacked]
     return work, block, names, usable

@@ -14,6 +14,7 @@ the survivors: for 1024-120 on the official inputs about 3% of the rows are left
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from ..csr import as_csr32
 from ..network import Network
 from .chunks import BufferPool, Chunk
 from .dedup import DedupPolicy, Groups, merge_duplicates
+from .schedule import ChunkSchedule, live_rows
 from .steps import ROW_TILE, dense_step_w, input_order
 
 
@@ -114,6 +116,12 @@ class KernelSettings:
         """Rows per chunk for a network of ``n_neurons``: ``chunk_bytes`` of float32 tile,
         but at least ``min_chunk_rows``."""
         return max(self.min_chunk_rows, int(self.chunk_bytes) // (4 * n_neurons), 1)
+
+    def schedule(self, n_neurons: int, n_layers: int) -> ChunkSchedule:
+        """The chunk schedule (:mod:`.schedule`) these settings give the blocks of a
+        network of ``n_neurons`` and ``n_layers``."""
+        return ChunkSchedule(n_layers, self.chunk_rows(n_neurons), n_neurons,
+                             float(self.dense_threshold))
 
 
 def forward_block(
@@ -219,10 +227,10 @@ def _settings_rows(network: Network, settings: KernelSettings) -> int:
     return settings.chunk_rows(network.n_neurons)
 
 
-def _first_chunks(network: Network, inputs: sp.csr_matrix | sp.sparray, chunk_rows: int
-                  ) -> tuple[int, list[Chunk]]:
-    """The block's row count, and its rows that hold anything in chunks of ``chunk_rows``
-    (empty input rows are dead already)."""
+def _first_chunks(network: Network, inputs: sp.csr_matrix | sp.sparray,
+                  schedule: ChunkSchedule) -> tuple[int, list[Chunk]]:
+    """The block's row count, and its rows that hold anything in the schedule's first
+    chunks (empty input rows are dead already)."""
     y = as_csr32(inputs)
     n = network.n_neurons
     if y.shape[1] != n:
@@ -230,8 +238,9 @@ def _first_chunks(network: Network, inputs: sp.csr_matrix | sp.sparray, chunk_ro
     n_rows = int(y.shape[0])
     live = np.flatnonzero(np.diff(y.indptr)).astype(np.int64)
     y = y[live] if len(live) < n_rows else y
+    chunk_rows = schedule.chunk_rows
     return n_rows, [Chunk(live[s : s + chunk_rows], csr=y[s : s + chunk_rows])
-                    for s in range(0, len(live), chunk_rows)]
+                    for s in schedule.starts(len(live))]
 
 
 def begin_block(network: Network, inputs: sp.csr_matrix | sp.sparray,
@@ -239,8 +248,9 @@ def begin_block(network: Network, inputs: sp.csr_matrix | sp.sparray,
     """A block before its first layer, for :func:`finish_blocks` to run through every
     layer (as :func:`stream_blocks` does)."""
     settings = settings or KernelSettings.resolve()
-    chunk_rows = _settings_rows(network, settings)
-    n_rows, chunks = _first_chunks(network, inputs, chunk_rows)
+    schedule = settings.schedule(network.n_neurons, network.n_layers)
+    chunk_rows = schedule.chunk_rows
+    n_rows, chunks = _first_chunks(network, inputs, schedule)
     n_layers = network.n_layers
     return BlockState(n_rows, 0, chunks, np.zeros((n_layers, _N_STATS)),
                       np.zeros(n_layers, np.uint8), chunk_rows)
@@ -267,15 +277,11 @@ def run_early_layers(network: Network, blocks: list[sp.csr_matrix | sp.sparray],
     stable, steady, k = DedupPolicy().stable, 0, 0
     try:
         while k < step.n_layers and steady < 2:
-            rows_in = sum(len(c.live) for c in chunks)
+            rows_in = live_rows(chunks)
             if rows_in <= stop_rows:
                 break
-            for chunk in chunks:
-                step.advance(chunk, k)
-            chunks = Chunk.repack_if_half_empty([c for c in chunks if len(c.live)],
-                                                chunk_rows, n, pool)
-            steady = steady + 1 if k and sum(len(c.live) for c in chunks) >= stable * rows_in \
-                else 0
+            chunks = step.schedule.layer(chunks, k, step)
+            steady = steady + 1 if k and live_rows(chunks) >= stable * rows_in else 0
             k += 1
     finally:
         step.close()
@@ -287,7 +293,7 @@ def run_early_layers(network: Network, blocks: list[sp.csr_matrix | sp.sparray],
         mine = slice(cuts[b], cuts[b + 1])
         live, y = rows[mine] - offsets[b], as_csr32(values[mine])
         state.chunks = [Chunk(live[s : s + chunk_rows], csr=y[s : s + chunk_rows])
-                        for s in range(0, len(live), chunk_rows)]
+                        for s in step.schedule.starts(len(live))]
         state.layer, state.stats, state.modes = k, step.stats[b], step.modes[b]
     return states
 
@@ -305,34 +311,13 @@ def start_block(network: Network, inputs: sp.csr_matrix | sp.sparray,
     if hasattr(network, "kernel_layers"):
         raise ValueError("a streamed network runs layer by layer: use stream_blocks")
     n = network.n_neurons
-    chunk_rows = _settings_rows(network, settings)
-    n_rows, chunks = _first_chunks(network, inputs, chunk_rows)
+    schedule = settings.schedule(network.n_neurons, network.n_layers)
+    chunk_rows = schedule.chunk_rows
+    n_rows, chunks = _first_chunks(network, inputs, schedule)
     pool = BufferPool(n * chunk_rows)
     step = _Stepper(network, settings, pool, chunk_rows)
-    early = 0
-    packed: list[Chunk] = []
-    pending: list[Chunk] = []
-    for i, chunk in enumerate(chunks):
-        k = 0
-        while k < step.n_layers and (k < early if i else 4 * len(chunk.live) > chunk_rows):
-            step.advance(chunk, k)
-            k += 1
-        if i == 0:
-            early = k
-        if len(chunk.live):
-            pending.append(chunk)
-        else:
-            chunk.release(pool)
-        if sum(len(c.live) for c in pending) >= chunk_rows:
-            *full, last = Chunk.repack(pending, chunk_rows, n, pool)
-            packed += full
-            pending = [last] if len(last.live) < chunk_rows else []
-            if not pending:
-                packed.append(last)
-    for chunk in pending:  # part-empty tiles: kept compact until merged in phase 2
-        chunk.to_csr(pool)
-    return BlockState(n_rows, early, packed + pending, step.stats[0], step.modes[0],
-                      chunk_rows)
+    early, chunks = step.schedule.depth_first(chunks, step)
+    return BlockState(n_rows, early, chunks, step.stats[0], step.modes[0], chunk_rows)
 
 
 def finish_blocks(network: Network, states: list[BlockState],
@@ -355,7 +340,17 @@ def finish_blocks(network: Network, states: list[BlockState],
     first = min((s.layer for s in states), default=0)
     step = _Stepper(network, settings, pool, chunk_rows, offsets if len(states) > 1 else None,
                     first)
-    policy = DedupPolicy() if settings.dedup else None
+    policy = DedupPolicy()
+
+    def merge(k: int, rows_in: int, chunks: list[Chunk]) -> list[Chunk]:
+        """Identical live rows computed once from here on, when the policy says."""
+        rows_out = live_rows(chunks)
+        if policy.due(k, rows_in, rows_out):
+            merged = merge_duplicates(chunks, step.groups, n, pool)
+            policy.looked(k, rows_out, merged)
+            chunks = [c for c in chunks if len(c.live)]
+        return chunks
+
     for b, state in enumerate(states):  # block-local ids -> ids unique among the blocks
         step.stats[b, : state.layer] = state.stats[: state.layer]
         step.modes[b, : state.layer] = state.modes[: state.layer]
@@ -365,27 +360,11 @@ def finish_blocks(network: Network, states: list[BlockState],
     chunks: list[Chunk] = []
     try:
         for k in range(first, step.n_layers):
-            if joining and states[joining[0]].layer == k:
-                new: list[Chunk] = []
-                while joining and states[joining[0]].layer == k:
-                    new += states[joining.pop(0)].chunks
-                # the joining blocks' part-empty tiles (phase 1 leaves one or two each, sparse)
-                # become full ones
-                partial = [c for c in new if len(c.live) < chunk_rows]
-                if len(partial) > 1:
-                    new = [c for c in new if len(c.live) == chunk_rows] + Chunk.repack(
-                        partial, chunk_rows, n, pool)
-                chunks += new
-            rows_in = sum(len(c.live) for c in chunks)
-            for chunk in chunks:
-                step.advance(chunk, k)
-            chunks = [c for c in chunks if len(c.live)]
-            rows_out = sum(len(c.live) for c in chunks)
-            if policy is not None and policy.due(k, rows_in, rows_out):
-                merged = merge_duplicates(chunks, step.groups, n, pool)
-                policy.looked(k, rows_out, merged)
-                chunks = [c for c in chunks if len(c.live)]
-            chunks = Chunk.repack_if_half_empty(chunks, chunk_rows, n, pool)
+            new: list[Chunk] = []  # blocks whose phase 1 stopped at layer k join
+            while joining and states[joining[0]].layer == k:
+                new += states[joining.pop(0)].chunks
+            chunks = step.schedule.layer(chunks, k, step, new,
+                                         merge if settings.dedup else None)
     finally:  # a streamed network stops reading ahead (all rows may have died)
         step.close()
     for b in joining:  # blocks that finished in phase 1
@@ -423,7 +402,8 @@ _MODE_NAMES = ("none", "dense", "sparse", "mixed")
 
 
 class _Stepper:
-    """Advances chunks one layer, keeping each block's per-layer statistics.
+    """Advances chunks one layer, keeping each block's per-layer statistics; the
+    :class:`~.schedule.ChunkActions` of real chunks, for its :attr:`schedule`.
 
     ``offsets`` (``blocks + 1``) says which block a chunk's row ids belong to; without
     it every row is block 0's.
@@ -434,8 +414,8 @@ class _Stepper:
         self.layers = _kernel_layers(network, start)
         self.n_layers = network.n_layers
         self.bias, self.ymax = network.bias, np.float32(network.ymax)
-        self.threshold = float(settings.dense_threshold)
-        self.pool, self.chunk_rows = pool, chunk_rows
+        self.schedule = settings.schedule(network.n_neurons, network.n_layers)
+        self.pool, self.chunk_rows, self.n = pool, chunk_rows, network.n_neurons
         self.offsets = offsets
         n_blocks = 1 if offsets is None else len(offsets) - 1
         self.stats = np.zeros((n_blocks, self.n_layers, _N_STATS))
@@ -446,6 +426,18 @@ class _Stepper:
         """Let go of the layers (a streamed network's reader stops)."""
         if isinstance(self.layers, _InOrder):
             self.layers.close()
+
+    def repack(self, chunks: list[Chunk]) -> list[Chunk]:
+        """The rows of ``chunks`` in full chunks (:meth:`Chunk.repack`)."""
+        return Chunk.repack(chunks, self.chunk_rows, self.n, self.pool)
+
+    def drop(self, chunk: Chunk) -> None:
+        """A chunk all of whose rows died: its tile goes back to the pool."""
+        chunk.release(self.pool)
+
+    def set_aside(self, chunk: Chunk) -> None:
+        """A part-empty tile left by phase 1: kept compact (sparse) until merged."""
+        chunk.to_csr(self.pool)
 
     def advance(self, chunk: Chunk, k: int) -> None:
         """Run layer ``k`` on ``chunk``, adding to its blocks' statistics.
@@ -463,9 +455,12 @@ class _Stepper:
         if offsets is not None:
             first, last = np.searchsorted(offsets, (live[0], live[-1]), side="right") - 1
             single = first == last
+        # the schedule picks the path; Chunk.step's own density test, given a threshold
+        # of 0 (always dense) or infinity (never), follows it
+        threshold = 0.0 if self.schedule.dense_due(chunk.nnz, rows_in) else math.inf
         t0 = time.perf_counter()
         w, wt, order = self.layers[k]
-        mode = chunk.step(w, wt, order, self.bias, self.ymax, self.threshold, self.pool,
+        mode = chunk.step(w, wt, order, self.bias, self.ymax, threshold, self.pool,
                           self.chunk_rows)
         seconds = time.perf_counter() - t0
         if self.groups:  # rows stand for others: count every row they stand for
