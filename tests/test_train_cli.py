@@ -65,7 +65,9 @@ def test_train_digits_writes_every_epoch(tmp_path, capsys):
     assert list(epochs["bytes_moved"] > 0) == [False, True]
     assert "held-out accuracy after 1 epochs:" in out
     assert any(line.strip().startswith("data block, batch 32: 0.") for line in out.splitlines())
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["training-epochs.csv"]
+    # issue 36 asked for the loss and accuracy plot beside the CSV
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["training-epochs.csv",
+                                                          "training-epochs.png"]
 
 
 def test_train_digits_sweeps_batches_and_says_where_strategies_cross(tmp_path, capsys):

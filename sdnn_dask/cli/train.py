@@ -159,7 +159,8 @@ def _write_training(folder: Path, steps, progress: Progress) -> list[Path]:
 def _train_digits(args: argparse.Namespace, partitions: list[str]) -> int:
     import pandas as pd
 
-    from ..report.training import crossover, crossover_sentences, digits_steps
+    from ..report import figures
+    from ..report.training import crossover, crossover_sentences, digits_figure, digits_steps
     from ..study.training_comparison import compare_digits
     from ..training.digits import load_digits_1024
 
@@ -209,6 +210,13 @@ def _train_digits(args: argparse.Namespace, partitions: list[str]) -> int:
         path = args.results / "training-epochs.csv"
         with atomic_path(path) as tmp:
             epochs.to_csv(tmp, index=False)
-        print(f"\nwrote {path}")
+        written = [path]
+        png = args.results / "training-epochs.png"
+        try:
+            written.append(figures.save_png(digits_figure(epochs), png))
+        except ImportError as error:  # the report extra: the CSV alone
+            png.unlink(missing_ok=True)
+            progress.say(f"no {png.name}: {error}")
+        print("\nwrote " + ", ".join(str(p) for p in written))
     failed = epochs[epochs["check"] != "PASS"]
     return exit_code_after_checks(len(failed), "epoch(s)", "their check against the serial run")

@@ -13,14 +13,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ..formatting import to_markdown
 
-__all__ = ["CROSSOVER_COLUMNS", "crossover", "crossover_sentences", "digits_steps",
-           "summarise", "training_markdown"]
+__all__ = [
+    "CROSSOVER_COLUMNS",
+    "crossover",
+    "crossover_sentences",
+    "digits_figure",
+    "digits_steps",
+    "summarise",
+    "training_markdown",
+]
 
 #: The columns of :func:`crossover`'s rows.
 CROSSOVER_COLUMNS = ["strategy", "partition", "workers", "data_bytes_per_step",
@@ -196,3 +204,39 @@ def digits_steps(epochs: pd.DataFrame, rows: int) -> pd.DataFrame:
     per_epoch = np.ceil(rows / later["batch"].to_numpy(float))
     return later.assign(seconds=later["seconds"] / per_epoch,
                         bytes_moved=later["bytes_moved"] / per_epoch)
+
+
+def digits_figure(epochs: pd.DataFrame) -> Any:
+    """The digits epochs (:func:`~sdnn_dask.study.training_comparison.compare_digits`'
+    rows, one or more batch sizes) as two panels against the epoch: the training loss
+    (mean over the epoch's steps) and the held-out accuracy, one line per strategy,
+    partition and batch, the serial run's loss dashed beneath them. Needs matplotlib
+    (the ``report`` extra)."""
+    from .figures import require_matplotlib
+
+    require_matplotlib()
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    ax_loss, ax_accuracy = fig.subplots(1, 2)
+    for batch, rows in epochs.groupby("batch", sort=True):
+        serial = rows[rows["strategy"] == "serial"]
+        if serial.empty:  # the serial run's loss is on every row
+            serial = rows.drop_duplicates("epoch")
+        ax_loss.plot(serial["epoch"], serial["serial_loss"], "k--", lw=1,
+                     label=f"serial, batch {batch}")
+    for (strategy, partition, batch), rows in epochs.groupby(
+            ["strategy", "partition", "batch"], sort=False):
+        label = (f"{strategy}, batch {batch}" if strategy == "serial"
+                 else f"{strategy} {partition}, batch {batch}")
+        ax_loss.plot(rows["epoch"], rows["loss"], marker="o", ms=3, label=label)
+        ax_accuracy.plot(rows["epoch"], rows["test_accuracy"], marker="o", ms=3, label=label)
+    ax_loss.set(xlabel="epoch", ylabel="training loss (mean over the epoch)",
+                title="Loss: every strategy against the serial run")
+    ax_accuracy.set(xlabel="epoch", ylabel="held-out accuracy (360 digits)",
+                    title="Held-out accuracy")
+    for ax in (ax_loss, ax_accuracy):
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.grid(alpha=0.3)
+    ax_accuracy.legend(fontsize=8, loc="lower right")
+    return fig
