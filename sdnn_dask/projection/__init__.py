@@ -60,13 +60,14 @@ The package, by concept: :mod:`.terms` (the terms and their units), :mod:`.survi
 survival profile), :mod:`.kernel_work` and :mod:`.part_work` (the work of a serial block and
 of a model-parallel part, in the terms' units), :mod:`.replay` (a recorded run read back:
 its settings and profiles), :mod:`.calibration` (fitting the coefficients on records),
-:mod:`.cost_model` (the model and its predictions), :mod:`.validation` (every recorded run
-projected against its measurement), :mod:`.published` (the published 65536-neuron run)
+:mod:`.cost_model` (the model and its predictions), :mod:`.backtest` (every recorded run
+projected against its measurement), :mod:`.published_run` (the published 65536-neuron run)
 and :mod:`.report` (the table a report shows).
 """
 
+from .backtest import projection_table
 from .cost_model import CostModel, Prediction
-from .published import PUBLISHED, project_published
+from .published_run import PUBLISHED, project_published
 from .replay import generated_profiles
 from .report import held_out_split, report_projection
 from .survival import Survival
@@ -79,7 +80,6 @@ from .terms import (
     RUN_TERMS,
     SHARING_TERMS,
 )
-from .validation import projection_table
 
 __all__ = [
     "ALL_TERMS",

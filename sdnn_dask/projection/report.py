@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .backtest import projection_table
 from .cost_model import CostModel
 from .replay import generated_profiles
 from .terms import PARALLEL, SERIAL
-from .validation import projection_table
 
 __all__ = ["held_out_split", "report_projection"]
 
