@@ -428,6 +428,41 @@ def _probe(chromium: str, html: str, tmp_path: Path, name: str) -> tuple[int, in
     return int(images.group(1)), int(decoded.group(1))
 
 
+# The widths of the comparison tables, and of what holds them, as laid out at 1400 px.
+_WIDTHS = """<script>
+window.addEventListener('load', function () {
+  var tables = Array.prototype.slice.call(document.querySelectorAll('table.comparison'));
+  document.body.setAttribute('data-widths', tables.map(function (t) {
+    return t.scrollWidth + ':' + t.parentNode.clientWidth; }).join(','));
+});
+</script>"""
+
+
+def _table_widths(chromium: str, html: str, tmp_path: Path, name: str) -> list[int]:
+    """The ``scrollWidth`` of each comparison table of ``html`` at a 1400 px viewport."""
+    page = tmp_path / f"{name}.html"
+    page.write_text(html.replace("</body>", _WIDTHS + "</body>"))
+    dom = _browse(chromium, page, tmp_path / f"profile-{name}", "--dump-dom")
+    found = re.search(r'data-widths="([0-9:,]*)"', dom)
+    assert found and found.group(1), "the width probe did not run"
+    return [int(pair.split(":")[0]) for pair in found.group(1).split(",")]
+
+
+def _many_settings(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` with every other run differing in six settings: a study that varies them
+    all side by side, each a column of the comparison."""
+    runs = runs.copy()
+    odd = runs["run_id"].isin(runs["run_id"].drop_duplicates().tolist()[1::2])
+    data = runs["strategy"] == "data"
+    for column, value, where in (("dedup", "off", odd), ("seed", 7, odd),
+                                 ("chunk_bytes", 2**22, odd),
+                                 ("placement", "dynamic", odd & data),
+                                 ("merge_blocks", "alone", odd & data),
+                                 ("weights", "streamed", odd & data)):
+        runs.loc[where, column] = value
+    return runs
+
+
 def test_report_renders_in_a_browser(study, tmp_path):
     pytest.importorskip("matplotlib")
     chromium = _chromium()
@@ -450,6 +485,12 @@ def test_report_renders_in_a_browser(study, tmp_path):
     assert _probe(chromium, f"<html><body>{broken}</body></html>", tmp_path,
                   "broken") == (3, 1)
     assert _probe(chromium, page, tmp_path, "probe") == (13, 13)
+    # the main table fits a 1400 px window, even with six settings differing between runs
+    assert all(w <= 1400 for w in _table_widths(chromium, page, tmp_path, "widths"))
+    many = html_report.html_report(_many_settings(runs), layers)
+    assert "<th>dedup</th>" in many and "<th>place&shy;ment</th>" in many
+    widths = _table_widths(chromium, many, tmp_path, "many")
+    assert len(widths) == 2 and max(widths) <= 1400, widths
     dom = _browse(chromium, folder / "report.html", tmp_path / "profile-dom", "--dump-dom")
     assert dom.count('<table class="comparison">') == 2 and "<table class=\"projection\">" in dom
     assert dom.count('<td class="check pass">PASS</td>') == 18

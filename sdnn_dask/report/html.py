@@ -59,8 +59,8 @@ HEADERS = {
     "strategy": "strategy", "partition": "partition", "row_partition": "row groups by",
     "transport": "transport", "workers": "workers", "blocks": "blocks", "parts": "parts k",
     "repeats": "repeats", "seconds": "seconds: median (min–max)", "edges_per_s": "edges/s",
-    "speedup": "× reference", "vs_kernel": "× kernel", "vs_data": "× data (same workers)",
-    "imbalance": "imbalance (max/mean)", "survivor_imbalance": "survivor imbalance",
+    "speedup": "× reference", "vs_kernel": "× kernel", "vs_data": "× data",
+    "imbalance": "imbalance", "survivor_imbalance": "survivor imbalance",
     "mb_moved": "MB moved", "predicted_volume": "predicted volume (km1)",
     "check": "check", "network": "network", "rows": "rows", "measured_s": "measured (s)",
     "projected_s": "projected (s)", "error_pct": "error", "held_out": "held out",
@@ -264,6 +264,7 @@ border-radius:4px;margin:.8rem 0;font-weight:600}
 table{border-collapse:collapse;font-size:.82rem;font-variant-numeric:tabular-nums;
 margin:.3rem 0 .6rem}
 th,td{padding:.26rem .45rem;border-bottom:1px solid #e4e4e4;white-space:nowrap}
+table.comparison th,table.comparison td{padding:.26rem .32rem}
 th{background:#f2f2f2;text-align:left;vertical-align:bottom;font-weight:600;
 white-space:normal;min-width:3.2em;max-width:7.5em;line-height:1.2}
 td.num{text-align:right}
@@ -310,9 +311,26 @@ def _cell(value: object, column: str) -> tuple[str, str]:
     return text, "" if column in _TEXT_COLUMNS else "num"
 
 
+#: Where a header's long words may break (soft hyphens): a table as wide as its widest
+#: cells, not its headers, so the comparison fits a 1400 px page however many settings
+#: differ (Chromium on Linux does not hyphenate by itself).
+_BREAKS = {"imbalance": "imbal-ance", "threshold": "thresh-old", "predicted": "pre-dicted",
+           "reference": "refer-ence", "transport": "trans-port", "partition": "parti-tion",
+           "strategy": "strat-egy", "workers": "work-ers", "survivor": "sur-vivor",
+           "placement": "place-ment", "repeats": "re-peats", "buckets": "buck-ets",
+           "hypergraph": "hyper-graph", "measured": "meas-ured", "projected": "pro-jected"}
+
+
+def _header(column: str) -> str:
+    """A column's header as HTML, its long words with soft hyphens (:data:`_BREAKS`)."""
+    words = html.escape(HEADERS.get(column, column)).split(" ")
+    return " ".join(_BREAKS.get(w, w).replace("-", "&shy;") if w in _BREAKS else w
+                    for w in words)
+
+
 def _html_table(table: pd.DataFrame, columns: list[str], *, best: int | None = None,
                 css: str = "") -> str:
-    head = "".join(f"<th>{html.escape(HEADERS.get(c, c))}</th>" for c in columns)
+    head = "".join(f"<th>{_header(c)}</th>" for c in columns)
     body = []
     for i in range(len(table)):
         cells = []
