@@ -4,13 +4,14 @@ and study, each show one bar on stderr that reaches n/n; progress=False, bar=Fal
 
 from __future__ import annotations
 
+import logging
 import re
 import textwrap
 
 import pytest
 from cli_run import run
 
-from sdnn_dask import study
+from sdnn_dask import records, study
 from sdnn_dask.study import RunSpec, Study
 from sdnn_dask.study.comparison import RunBar
 
@@ -90,3 +91,46 @@ def test_cli_compare_shows_the_bar_and_quiet_hides_it(tmp_path, capsys):
     assert drawn and drawn[-1].startswith("runs: 100%") and "2/2" in drawn[-1]
     code, err = run([*serial, "--quiet"], capsys)
     assert code == 0 and err == ""
+
+
+class FakeClient:
+    """A client whose close logs what the nannies log when they kill a busy worker."""
+
+    def __init__(self):
+        self.closed = 0
+
+    def nthreads(self):
+        return {"tcp://a": 1, "tcp://b": 1}
+
+    def close(self):
+        self.closed += 1
+        logging.getLogger("distributed.nanny").warning("Worker process still alive, killing")
+
+
+def test_ctrl_c_in_a_study_closes_the_cluster_it_started_quietly(tmp_path, monkeypatch,
+                                                                 caplog):
+    """A KeyboardInterrupt (a notebook's interrupt button) stops Study.run after closing
+    the cluster it started, without the logs of workers killed mid-task; the runs recorded
+    so far stay."""
+    import sdnn_dask.cluster
+    from sdnn_dask.study.runner import Runner
+
+    fake = FakeClient()
+    monkeypatch.setattr(sdnn_dask.cluster, "local_client", lambda workers=None: fake)
+    real_run = Runner.run
+
+    def interrupted_after_one(self, spec, *, repeat=0):
+        if spec.strategy != "kernel":
+            raise KeyboardInterrupt
+        return real_run(self, spec, repeat=repeat)
+
+    monkeypatch.setattr(Runner, "run", interrupted_after_one)
+    path = tmp_path / "tiny.yaml"
+    path.write_text(textwrap.dedent(STUDY))
+    with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
+        Study.from_yaml(path).run(None, tmp_path / "r", progress=False)
+    assert fake.closed == 1 and not caplog.records
+    assert logging.root.manager.disable == logging.NOTSET  # logging back on
+    assert len(records.recorded_keys(tmp_path / "r")) == 1
+    fake.close()  # an ordinary close still logs
+    assert len(caplog.records) == 1
