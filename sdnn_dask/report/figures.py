@@ -265,9 +265,9 @@ def survivors_figure(profile: pd.DataFrame, *, title: str = "") -> Figure | None
 
 
 def layer_time_figure(times: pd.DataFrame, *, title: str = "") -> Figure | None:
-    """Where a part's time goes in each layer: compute, waiting, sending, deserialising,
-    stacked, one panel per direct-transport model/hybrid configuration (``times``: one
-    problem's :func:`sdnn_dask.report.layers.layer_times`)."""
+    """Where a part's time goes in each layer: compute, waiting, sending, deserialising and
+    their total, a line each on a log axis, one panel per direct-transport model/hybrid
+    configuration (``times``: one problem's :func:`sdnn_dask.report.layers.layer_times`)."""
     if times.empty:
         return None
     panels = []
@@ -281,14 +281,22 @@ def layer_time_figure(times: pd.DataFrame, *, title: str = "") -> Figure | None:
     axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False, sharey=True)).ravel()
     total = times[list(TIME_PARTS)].fillna(0).sum(axis=1).max()
     scale, unit = _time_unit(float(total))
+    positive = []
     for n, (ax, (config, partition, rows)) in enumerate(zip(axes, panels, strict=False)):
         layer = rows["layer"].astype(int).to_numpy()
-        bottom = np.zeros(len(rows))
+        # one line per component on a log axis, not stacked bars on a linear one: the
+        # first layers take most of the time and flattened the other hundred to zero
+        total = np.zeros(len(rows))
         for column, name in TIME_PARTS.items():
             values = rows[column].fillna(0).to_numpy(float) * scale
-            ax.bar(layer, values, bottom=bottom, width=1.0 if len(layer) > 30 else 0.8,
-                   color=TIME_COLOURS[column], label=name, linewidth=0)
-            bottom += values
+            total += values
+            ax.plot(layer, np.where(values > 0, values, np.nan), color=TIME_COLOURS[column],
+                    label=name, linewidth=1.3, marker="o" if len(layer) <= 30 else None,
+                    markersize=3)
+            positive.append(values[values > 0])
+        ax.plot(layer, np.where(total > 0, total, np.nan), color="#222222", linewidth=0.9,
+                linestyle=":", label="total")
+        ax.set_yscale("log")
         totals = {c: float(rows[c].fillna(0).sum()) for c in TIME_PARTS}
         sum_scale, sum_unit = _time_unit(max(totals.values()))
         sums = [f"{TIME_SHORT[c]} {v * sum_scale:.3g}" for c, v in totals.items()]
@@ -305,8 +313,12 @@ def layer_time_figure(times: pd.DataFrame, *, title: str = "") -> Figure | None:
             _integer_ticks(ax, layer)
     for ax in axes[len(panels):]:
         ax.set_visible(False)
+    values = np.concatenate(positive) if positive else np.array([])
+    if len(values):  # shared: down to the smallest part, at most five decades below the top
+        top = float(values.max()) * 4  # the total, and room for the sums' box
+        axes[0].set_ylim(max(float(values.min()) / 1.5, top * 1e-5), top * 2)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=len(TIME_PARTS),
+    fig.legend(handles, labels, loc="outside lower center", ncols=len(handles),
                fontsize=9, frameon=False)
     where = sorted({f"{count(c['workers'])} workers" for c, _, _ in panels})
     fig.suptitle("Where a part's time goes, per layer (mean over parts, median over "
@@ -423,7 +435,7 @@ def projection_figure(projection: pd.DataFrame, *, title: str = "") -> Figure | 
     :func:`sdnn_dask.report.summary.projection_table`)."""
     if projection.empty:
         return None
-    fig = _figure(7.6, 5.4)
+    fig = _figure(9.5, 6.0)  # room beside the square axes for the legend
     ax = fig.subplots()
     measured = projection["measured_s"].astype(float)
     projected = projection["projected_s"].astype(float)
@@ -459,12 +471,15 @@ def projection_figure(projection: pd.DataFrame, *, title: str = "") -> Figure | 
         axis.set_minor_formatter(NullFormatter())
     ax.set_xlim(low, high)
     ax.set_ylim(low, high)
-    ax.set_aspect("equal")
+    # a square box rather than set_aspect("equal"): the constrained layout then keeps the
+    # axis labels and the legend on the canvas (with "equal" it cut both)
+    ax.set_box_aspect(1)
     ax.set_xlabel("measured (s)")
     ax.set_ylabel("projected (s)")
     fig.suptitle("Projected against measured inference time" + title)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right upper", fontsize=8, frameon=False)
     return fig
 
 

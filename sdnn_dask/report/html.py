@@ -203,9 +203,9 @@ def build(runs: pd.DataFrame, layers: pd.DataFrame, *,
              figures.distinct_figure, mine["distinct"]),
             ("layer-time", "Where a part's time goes, per layer",
              "Per layer, a part's compute (its step), waiting for the pieces it reads, "
-             "sending its own (cut, serialise, queue) and deserialising what it received: "
-             "mean over the run's parts, median over repeats; model and hybrid runs on the "
-             "direct transport.",
+             "sending its own (cut, serialise, queue) and deserialising what it received, "
+             "and their total (dotted), on a log scale: mean over the run's parts, median "
+             "over repeats; model and hybrid runs on the direct transport.",
              figures.layer_time_figure, mine["times"]),
             ("communication", "Bytes moved per layer",
              "MB of activation pieces moved between workers in each layer, per neuron "
