@@ -42,26 +42,30 @@ PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-x", "-q", 
 # module -> (source files under sdnn_dask/, tests that guard them)
 TARGETS: dict[str, tuple[list[str], list[str]]] = {
     "kernels": (["core/kernels/steps.py", "core/kernels/chunks.py", "core/kernels/forward.py"],
-                ["tests/test_kernels.py", "tests/test_reference.py"]),
-    "reference": (["core/reference.py"], ["tests/test_reference.py", "tests/test_kernels.py"]),
-    "records": (["records.py"], ["tests/test_records.py"]),
-    "result": (["core/result.py"], ["tests/test_result.py", "tests/test_records.py",
-                               "tests/test_check.py"]),
-    "io": (["data/io/text.py", "data/io/challenge.py", "data/io/cache.py"], ["tests/test_io.py"]),
+                ["tests/core/test_kernels.py", "tests/core/test_reference.py"]),
+    "reference": (["core/reference.py"],
+                  ["tests/core/test_reference.py", "tests/core/test_kernels.py"]),
+    "records": (["records.py"], ["tests/report/test_records.py"]),
+    "result": (["core/result.py"],
+               ["tests/core/test_result.py", "tests/report/test_records.py",
+                "tests/core/test_check.py"]),
+    "io": (["data/io/text.py", "data/io/challenge.py", "data/io/cache.py"],
+           ["tests/data/test_io.py"]),
     "slabs": (["parallel/slabs/layout.py", "parallel/slabs/tiles.py", "parallel/slabs/plans.py",
                "parallel/slabs/part_layer.py"],
-              ["tests/test_slabs.py", "tests/test_independent.py"]),
+              ["tests/parallel/test_slabs.py", "tests/parallel/test_independent.py"]),
     "partition": (["partition/rows.py", "partition/neurons.py", "partition/methods.py",
                    "partition/hypergraph.py",
                    "partition/hashing.py", "partition/balance.py"],
-                  ["tests/test_partition.py", "tests/test_neuron_partitions.py"]),
+                  ["tests/partition/test_partition.py",
+                   "tests/partition/test_neuron_partitions.py"]),
     "parallel": (["parallel/serial.py", "parallel/data_executor.py", "parallel/model_executor.py",
-                  "parallel/transport/direct.py", "parallel/transport/slot.py",
+                  "parallel/model_direct.py", "parallel/transport/run.py",
                   "parallel/transport/exchange.py", "parallel/transfers.py",
                   "parallel/placement.py", "parallel/faults.py"],
-                 ["tests/test_independent.py", "tests/test_model_parallel.py",
-                  "tests/test_data_parallel.py", "tests/test_direct_transport.py",
-                  "tests/test_faults.py"]),
+                 ["tests/parallel/test_independent.py", "tests/parallel/test_model_parallel.py",
+                  "tests/parallel/test_data_parallel.py", "tests/parallel/test_direct_transport.py",
+                  "tests/system/test_faults.py"]),
 }
 
 # One mutant per site where cosmic-ray offers many: + <-> -, * <-> /, comparisons moved
@@ -147,7 +151,7 @@ def _tree(job: int) -> Path:
 # so LocalCluster workers get it too). With SDNN_MUTATION_STABLE_STAMP set, numba's cache
 # takes the copy's package files as unchanged, so a mutant outside every compiled function
 # reuses the kernels compiled from the original source instead of compiling them all again
-# (18 of the 22 s of tests/test_slabs.py). Numba's index key still hashes each function's
+# (18 of the 22 s of tests/parallel/test_slabs.py). Numba's index key still hashes each function's
 # bytecode; the mode is used only when the mutant is in a plain Python function's body.
 SITECUSTOMIZE = """\
 import os

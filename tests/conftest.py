@@ -93,3 +93,14 @@ def pytest_report_header(config):
     absent = "absent (those tests FAIL under CI=true)" if IN_CI else "absent (those tests skip)"
     return [f"shared data: {SHARED or absent}", f"hypothesis seed: {seed}",
             f"CI={IN_CI}: skips for missing data, SLURM or extras {'fail' if IN_CI else 'skip'}"]
+
+
+SYSTEM = Path(__file__).resolve().parent / "system"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests under ``tests/system`` (the CLI, faults, SLURM, the browser, notebooks, docs)
+    are marked ``system``: ``python -m pytest -m "not system"`` runs the fast rest."""
+    for item in items:
+        if SYSTEM in Path(str(item.path)).resolve().parents:
+            item.add_marker(pytest.mark.system)

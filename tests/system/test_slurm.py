@@ -28,7 +28,7 @@ from sdnn_dask.parallel import DataParallelExecutor, ModelParallelExecutor
 from sdnn_dask.parallel.serial import run_serial
 from sdnn_dask.testing import assert_same_result
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 UP = ("idle", "mixed", "allocated", "completing")
 
 

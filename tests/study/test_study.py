@@ -131,7 +131,7 @@ def test_a_problem_is_checked_when_it_is_made():
 
 
 def test_the_shipped_studies_are_valid():
-    root = Path(__file__).resolve().parents[1] / "studies"
+    root = Path(__file__).resolve().parents[2] / "studies"
     files = sorted(root.glob("*.yaml"))
     assert files, "studies/ ships study files"
     for path in files:
@@ -293,7 +293,7 @@ def test_a_study_records_each_run_and_resumes(client, tmp_path):
     assert again.runs["run_id"].nunique() == 6
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KILLED_STUDY = """
     name: killed
     repeats: 4

@@ -20,7 +20,7 @@ from sdnn_dask.report import figures
 from sdnn_dask.report import html as html_report
 from sdnn_dask.report.outputs import projection_of
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "results"
 #: The problem drawn: 120 layers, model and hybrid runs on the direct transport.
 PROBLEM = ("radixnet-1024-120-s0", 6000)
 

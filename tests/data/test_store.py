@@ -1,6 +1,6 @@
 """The network store: round trips, the layer window, all-or-nothing writes, bad files.
 
-The store is written in version 2 (``tests/test_store_v2.py`` tests its encodings); the
+The store is written in version 2 (``tests/data/test_store_v2.py`` tests its encodings); the
 checks of files that only version 1 always has (row pointers, values) run on a version-1
 store (:func:`store_v1.write_v1_store`), which this release still reads.
 """
@@ -364,7 +364,7 @@ def _truncate(folder):
 ], ids=["no-manifest", "manifest-not-json", "version", "version-bool", "format",
         "layer-count", "edges", "missing-file", "truncated", "garbage-header", "float64"])
 def test_a_bad_store_is_refused_on_open_naming_the_file(written_v1, damage, file, message):
-    """A version-1 store (its three files a layer); version 2's: tests/test_store_v2.py."""
+    """A version-1 store (its three files a layer); version 2's: tests/data/test_store_v2.py."""
     written = written_v1
     damage(written)
     with pytest.raises(ChallengeFormatError) as info:

@@ -46,7 +46,7 @@ The files the readers got wrong before are kept at the end (``TRIPLES_FOUND``, .
 
 Bounded in time: a 2 s ``deadline`` per example and ``max_examples`` per test
 (``SETTINGS``: 500, fewer for the gzip and network tests). Measured with
-``python -m pytest -p no:cacheprovider tests/test_io_fuzz.py`` on the development machine
+``python -m pytest -p no:cacheprovider tests/data/test_io_fuzz.py`` on the development machine
 (2 cores, shared with a running benchmark): 13.0 to 14.2 s in five runs, 14 to 15.4 s
 wall (the load average was 1 to 2.8).
 ``SDNN_FUZZ_EXAMPLES=6000`` runs a longer campaign (2 min 12 s here; found nothing more).

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "sdnn_dask"
+PACKAGE = Path(__file__).resolve().parents[2] / "sdnn_dask"
 
 #: About 600 lines, with a margin for a docstring or two.
 MAX_LINES = 650

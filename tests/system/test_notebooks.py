@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-STUDIES = Path(__file__).resolve().parents[1] / "studies"
+STUDIES = Path(__file__).resolve().parents[2] / "studies"
 NOTEBOOKS = sorted(STUDIES.glob("*.ipynb"))
 
 

@@ -35,7 +35,7 @@ from sdnn_dask.data.io import ChallengeFormatError
 from sdnn_dask.data.io import text as io_text
 from sdnn_dask.data.radixnet import make_network
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 #: Address space a child may take beyond what it holds once imported: ample for reading
 #: a few small files, far below the 4 GB of row pointers of a 1e9-row matrix.
 HEADROOM = 1_500_000_000

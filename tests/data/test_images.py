@@ -232,7 +232,7 @@ def test_strokes_are_connected_blobs_not_noise():
 def _data_dir() -> Path | None:
     env = os.environ.get("SDNN_GRAPHCHALLENGE_DATA")
     candidates = [Path(env)] if env else []
-    candidates.append(Path(__file__).resolve().parents[1].parent / "shared" / "data"
+    candidates.append(Path(__file__).resolve().parents[2].parent / "shared" / "data"
                       / "graphchallenge")
     for path in candidates:
         if (path / "neuron1024" / "n1024-l120.tsv.gz").is_file():

@@ -28,7 +28,7 @@ from sdnn_dask.parallel.slabs import (
     piece_for,
     take_columns,
 )
-from sdnn_dask.parallel.slabs import step as slab_step
+from sdnn_dask.parallel.slabs import part_layer as slab_step
 from sdnn_dask.parallel.slabs import tiles as slab_tiles
 from sdnn_dask.partition import NeuronPartition, make_neuron_partition
 
