@@ -22,6 +22,7 @@ import scipy.sparse as sp
 
 from ..core.network import Network, pattern_order
 from ..partition import NeuronPartition
+from ..partition.routing import route_partition
 from .model import SparseModel
 from .optim import sgd_update
 from .replicas import drop_held
@@ -162,12 +163,12 @@ def _positions(w: sp.csr_matrix) -> sp.csr_matrix:
                          shape=w.shape)
 
 
-def _slice_layer(w: sp.csr_matrix, bias: np.ndarray, own: np.ndarray,
+def _slice_layer(w: sp.csr_matrix, bias: np.ndarray, own: np.ndarray, needed: np.ndarray,
                  momentum: float) -> _Slice:
-    """Part of a layer: the rows of ``w`` with a stored entry in the columns ``own``."""
+    """Part of a layer: the rows ``needed`` of ``w`` (those with a stored entry in the
+    columns ``own``, :class:`~sdnn_dask.partition.routing.PartRoute`)."""
     pos = _positions(w)
     cols = pos[:, own].tocsr()  # all rows, the owned columns
-    needed = np.flatnonzero(np.diff(cols.indptr)).astype(np.int64)
     sub = cols[needed].tocsr()
     sub.sort_indices()
     w_pos = sub.data.astype(np.int64) - 1
@@ -198,25 +199,18 @@ def pattern_network(model: SparseModel) -> Network:
 def slice_model(partition: NeuronPartition, model: SparseModel, lr: float, momentum: float,
                 weight_decay: float) -> list[_Part]:
     """Every part's slices of ``model`` under ``partition`` (see the module docstring)."""
-    parts = partition.parts
     k, n_layers = partition.k, model.n_layers
-    position = np.empty(parts.shape, np.int64)  # of each neuron within its owner's own
-    for level in range(parts.shape[0]):
-        for p in range(k):
-            ids = np.flatnonzero(parts[level] == p)
-            position[level, ids] = np.arange(len(ids))
-    layers = [[_slice_layer(w, b, np.flatnonzero(parts[layer + 1] == p), momentum)
-               for p in range(k)] for layer, (w, b) in enumerate(zip(model.weights,
-                                                                    model.biases,
-                                                                    strict=True))]
+    routes = route_partition(pattern_network(model).transposed, partition)
+    layers = [[_slice_layer(w, b, route.own, route.needed, momentum)
+               for route in layer_routes.parts]
+              for w, b, layer_routes in zip(model.weights, model.biases, routes, strict=True)]
+    # a slice of layer l >= 2 receives from its sources; a slice of layer l - 1 sends
+    # its readers in layer l what they read (the routes of layer l, seen from each side)
     for layer in range(1, n_layers):
-        owner = parts[layer]  # of the level-`layer` neurons, the inputs of layer + 1
-        for p, sl in enumerate(layers[layer]):
-            source = owner[sl.needed]
-            for q in np.unique(source):
-                fetch = np.flatnonzero(source == q)
-                sl.fetch[int(q)] = fetch
-                layers[layer - 1][int(q)].send[p] = position[layer, sl.needed[fetch]]
+        for p, route in enumerate(routes[layer].parts):
+            layers[layer][p].fetch.update(route.receive)
+            for q in route.fetch:
+                layers[layer - 1][q].send[p] = route.fetch[q]
     out = []
     for p in range(k):
         own_last = layers[-1][p].own

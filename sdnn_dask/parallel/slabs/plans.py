@@ -21,6 +21,7 @@ import scipy.sparse as sp
 from ... import config
 from ...core.network import Network, as_csr32
 from ...partition.neurons import NeuronPartition
+from ...partition.routing import owner_positions, route_partition
 from .layout import Slab, take_columns
 
 
@@ -122,42 +123,24 @@ def make_part_plans(network: Network, partition: NeuronPartition, *,
     partition._check_network(network)
     k = partition.k
     parts = partition.parts
-    owned = [[np.flatnonzero(parts[level] == p) for p in range(k)]
-             for level in range(partition.n_levels)]
-    # position of every neuron of a level within its owner's slab
-    position = np.empty(parts.shape, np.int64)
-    for level, parts_owned in enumerate(owned):
-        for ids in parts_owned:
-            position[level, ids] = np.arange(len(ids))
-    plans = [PartPlan(p, k, owned[0][p], [], float(network.ymax), float(dense_threshold),
-                      int(chunk_bytes), min_chunk_rows) for p in range(k)]
-    for layer, wt in enumerate(network.transposed, start=1):
-        prev_owner = parts[layer - 1]
-        prev_pos = position[layer - 1]
+    position = owner_positions(parts)
+    plans = [PartPlan(p, k, np.flatnonzero(parts[0] == p), [], float(network.ymax),
+                      float(dense_threshold), int(chunk_bytes), min_chunk_rows)
+             for p in range(k)]
+    routes = route_partition(network.transposed, partition)
+    for layer, (wt, layer_routes) in enumerate(zip(network.transposed, routes, strict=True),
+                                               start=1):
         order = network.output_order[layer - 1]
-        layer_plans = []
-        for p in range(k):
-            own = owned[layer][p]
-            wt_own = wt[own]
-            needed = np.unique(wt_own.indices).astype(np.int64)
-            wt_sub = as_csr32(wt_own[:, needed])
-            w_sub = as_csr32(wt_sub.T)
-            source = prev_owner[needed]
-            put = {int(q): np.flatnonzero(source == q) for q in np.unique(source)}
+        for p, route in enumerate(layer_routes.parts):
+            wt_sub = as_csr32(wt[route.own][:, route.needed])
             # the network's dense-step order restricted to the owned neurons, renumbered
             # (local input ids follow global ones, so the grouping it makes still holds)
             in_order = order[parts[layer][order] == p]
-            layer_plans.append(LayerPlan(
-                own=own, needed=needed, w=w_sub, wt=wt_sub, order=position[layer][in_order],
-                bias=np.ascontiguousarray(network.bias[own]), put=put))
-        for p, lp in enumerate(layer_plans):
-            for q, positions in lp.put.items():
-                # the columns q sends p, as positions in q's own slab (increasing, since
-                # needed is sorted and positions within an owner follow global order)
-                layer_plans[q].take[p] = prev_pos[lp.needed[positions]]
-                lp.fetch[q] = layer_plans[q].take[p]
-        for p in range(k):
-            plans[p].layers.append(layer_plans[p])
+            plans[p].layers.append(LayerPlan(
+                own=route.own, needed=route.needed, w=as_csr32(wt_sub.T), wt=wt_sub,
+                order=position[layer][in_order],
+                bias=np.ascontiguousarray(network.bias[route.own]),
+                put=route.receive, take=layer_routes.send(p), fetch=route.fetch))
     return plans
 
 

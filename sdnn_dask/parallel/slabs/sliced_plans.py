@@ -36,6 +36,7 @@ import scipy.sparse as sp
 
 from ... import config
 from ...core.csr import pattern_order
+from ...partition.routing import sources_of
 from .plans import LayerPlan, PartPlan
 from .slice_checks import (
     FIXED_COLUMNS,
@@ -248,10 +249,7 @@ class _PartFiles:
             w_data = wt_data[w_from]
         wt = _canonical(wt_data, wt_idx, wt_ptr, (len(own), len(needed)))
         w = _canonical(w_data, w_idx, w_ptr, (len(needed), len(own)))
-        source = owners_prev[needed]
-        put = {int(q): np.flatnonzero(source == q) for q in np.unique(source)}
-        prev_pos = positions(layer - 1)
-        fetch = {q: prev_pos[needed[at]] for q, at in put.items()}
+        put, fetch = sources_of(needed, owners_prev, positions(layer - 1))
         take = {d: array.astype(np.int64) for d, array in takes.items()}
         if p in put:
             take[p] = fetch[p]
