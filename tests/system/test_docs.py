@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 from conftest import SHARED
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 RUN = {"bash", "sh", "console", "python", "yaml"}
 NOT_RUN = {"text"}
