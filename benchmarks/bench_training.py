@@ -5,9 +5,9 @@ generated official-like inputs with random labels (this is about time and bytes 
 not learning), 2 workers. For each batch size, the median seconds per step of the serial
 reference (float64; once, it is slow), the serial compiled step, and, interleaved with
 the compiled steps: data-parallel steps on the workers, model-parallel steps at k = 2 (one
-part per worker) on each ``--partitions`` method, each on the direct transport and on the
-graph one (the baseline), and the hybrid of 2 row groups x 2 parts (4 slots on the 2
-workers: each part's two copies share a worker); after each serial step it waits
+part per worker) on each ``--partitions`` method, on the direct transport (data
+parallelism also on the graph one, the baseline), and the hybrid of 2 row groups x 2
+parts (4 slots on the 2 workers: each part's two copies share a worker); after each serial step it waits
 :data:`SETTLE_SECONDS` (else the configuration right after it is slowed, see
 ``bench_training_loop.py``). Printed: the bytes each moves across
 workers per step (data: gradients; model: activations forward plus partial errors
@@ -70,10 +70,8 @@ def _trainers(client: Client, model, partitions: dict, graph: bool,
     if graph:
         out["data, graph"] = DataParallelTrainer(client, model, transport="graph", **opts)
     for m, part in partitions.items():
+        # model parallelism runs on the direct transport only (docs/training.md)
         out[f"model k=2 {m}, direct"] = ModelParallelTrainer(client, model, part, **opts)
-        if graph:
-            out[f"model k=2 {m}, graph"] = ModelParallelTrainer(client, model, part,
-                                                                transport="graph", **opts)
     for m, part in partitions.items():
         out[f"hybrid 2x2 {m}"] = ModelParallelTrainer(client, model, part, row_groups=2,
                                                       **opts)
@@ -176,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="LocalClusters to run on: 2 worker processes (the comms of a "
                              "real cluster), 2 worker threads of this process (one machine)")
     parser.add_argument("--no-graph", dest="graph", action="store_false",
-                        help="leave out the graph-transport baselines (slow at 120 layers)")
+                        help="leave out the data-parallel graph-transport baseline")
     parser.add_argument("--rings", nargs="+", default=None,
                         help="process clusters: one per wire ring size (0, '16 MiB', ...); "
                              "default: one, at sdnn.transport.wire-ring")
