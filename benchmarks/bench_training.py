@@ -7,8 +7,8 @@ reference (float64; once, it is slow), the serial compiled step, and, interleave
 the compiled steps: data-parallel steps on the workers, model-parallel steps at k = 2 (one
 part per worker) on each ``--partitions`` method, on the direct transport (data
 parallelism also on the graph one, the baseline), and the hybrid of 2 row groups x 2
-parts (4 slots on the 2 workers: each part's two copies share a worker); after each serial step it waits
-:data:`SETTLE_SECONDS` (else the configuration right after it is slowed, see
+parts (4 slots on the 2 workers: each part's two copies share a worker); after each
+serial step it waits :data:`SETTLE_SECONDS` (else the configuration right after it is slowed, see
 ``bench_training_loop.py``). Printed: the bytes each moves across
 workers per step (data: gradients; model: activations forward plus partial errors
 backward, with the partition's prediction for one direction; hybrid: both) and the
