@@ -243,6 +243,24 @@ def load_problem(args: argparse.Namespace, progress: Progress) -> Problem:
 # --------------------------------------------------------------------------- the cluster
 
 
+def say_dashboard(client: Any, progress: Progress) -> None:
+    """Say where the dashboard of a cluster started for this command is (one line; not
+    for a running scheduler's, which whoever started it knows, nor under ``--quiet``).
+
+    Parameters
+    ----------
+    client
+        The command's client (``None``: no cluster, nothing said).
+    progress
+        Says the line, unless quiet.
+    """
+    if client is None or progress.quiet or client.cluster is None:
+        return
+    from ..cluster.client import dashboard_line
+
+    progress.say(dashboard_line(client))
+
+
 @contextlib.contextmanager
 def open_client(args: argparse.Namespace, progress: Progress) -> Iterator[Any]:
     """A client on the ``--cluster`` (started here, or ``main``'s slurm-batch runner),
@@ -253,6 +271,7 @@ def open_client(args: argparse.Namespace, progress: Progress) -> Iterator[Any]:
     ``main`` prints is all that is said.
     """
     client = _client(args, progress)
+    say_dashboard(client, progress)
     try:
         yield client
     except BaseException:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 from pathlib import Path
-from typing import Any
 
 from .. import study
 from ..registry import NEURON_PARTITIONS, ROW_PARTITIONS
@@ -52,24 +51,6 @@ def _compare_specs(args: argparse.Namespace, progress: Progress) -> list[RunSpec
         raise UsageError(str(error)) from error
 
 
-def say_dashboard(client: Any, progress: Progress) -> None:
-    """Say where the dashboard of a cluster started for this command is (one line; not
-    for a running scheduler's, which whoever started it knows, nor under ``--quiet``).
-
-    Parameters
-    ----------
-    client
-        The command's client (``None``: no cluster, nothing said).
-    progress
-        Says the line, unless quiet.
-    """
-    if client is None or progress.quiet or client.cluster is None:
-        return
-    from ..cluster.client import dashboard_line
-
-    progress.say(dashboard_line(client))
-
-
 def cmd_compare(args: argparse.Namespace) -> int:
     progress = Progress(args.quiet)
     specs = _compare_specs(args, progress)
@@ -94,7 +75,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     with contextlib.ExitStack() as stack:
         client = stack.enter_context(open_client(args, progress)) if any(
             s.strategy not in ("reference", "kernel") for s in specs) else None
-        say_dashboard(client, progress)
         try:
             found = study.compare(problem, client, specs=specs, repeat=args.repeat,
                                   warm_up=not args.no_warm_up, progress=progress.say,

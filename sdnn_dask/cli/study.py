@@ -21,7 +21,6 @@ from .common import (
     is_interrupt,
     open_client,
 )
-from .compare import say_dashboard
 
 
 def cmd_study(args: argparse.Namespace) -> int:
@@ -56,7 +55,6 @@ def cmd_study(args: argparse.Namespace) -> int:
     try:
         with contextlib.ExitStack() as stack:
             client = None if serial else stack.enter_context(open_client(args, progress))
-            say_dashboard(client, progress)
             try:
                 found = grid.run(client, results, resume=args.resume, progress=progress.say,
                                  bar=not args.quiet)
