@@ -9,8 +9,7 @@ import types
 
 from cli_run import run
 
-from sdnn_dask.cli.common import Progress
-from sdnn_dask.cli.common import say_dashboard
+from sdnn_dask.cli.common import Progress, say_dashboard
 from sdnn_dask.cluster.client import DASHBOARD_MISSING, dashboard_line
 
 HAS_BOKEH = importlib.util.find_spec("bokeh") is not None
