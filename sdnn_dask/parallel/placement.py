@@ -10,14 +10,19 @@ call :func:`keep_on` before each run; during the run the waiting tasks keep the 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Future as ConcurrentFuture
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from dask.sizeof import sizeof
 from distributed import Client, Future
+from distributed.comm.core import CommClosedError
 
 from ..core.kernels import BlockState
 from ..core.network import Network
+from .faults import connected
 
 
 @sizeof.register(Network)
@@ -38,11 +43,23 @@ def _sizeof_block_state(state: BlockState) -> int:  # a started block kept on it
     return int(total + state.stats.nbytes)
 
 
-def keep_on(client: Client, future: Future, workers: Iterable[str]) -> int:
+def keep_on(client: Client, future: Future, workers: Iterable[str], *,
+            poll: float = 0.1) -> int:
     """Copy ``future``'s data to those of ``workers`` that lack it; returns how many did.
+
+    The copy is ``client.replicate``'s (a worker-to-worker gather, outside the workers'
+    transfer logs, so a run's own fetches stay apart), in a thread the client watches:
+    the scheduler's side of a replicate keeps the workers it started with, so one killed
+    just before (not yet noticed) is retried in a loop that never ends (seen in CI: 4
+    minutes of "failed during replication" until the test's timeout). Every ``poll``
+    seconds the client checks that the workers are still connected.
 
     Raises
     ------
+    CommClosedError
+        If one of ``workers`` left meanwhile (an executor's :func:`~.faults.place_retrying`
+        then places its data again on the workers left; the abandoned replicate ends with
+        the cluster).
     RuntimeError
         If a worker still lacks it afterwards.
     """
@@ -50,7 +67,26 @@ def keep_on(client: Client, future: Future, workers: Iterable[str]) -> int:
     held = set(client.who_has([future]).get(future.key, ()))
     missing = [w for w in workers if w not in held]
     if missing:
-        client.replicate([future], n=len(workers), workers=workers)
+        done: ConcurrentFuture = ConcurrentFuture()
+
+        def copy() -> None:
+            try:
+                client.replicate([future], n=len(workers), workers=workers)
+                done.set_result(None)
+            except BaseException as error:  # handed to the caller's thread
+                done.set_exception(error)
+
+        # a daemon thread: one stuck in an abandoned replicate must not hold the exit
+        threading.Thread(target=copy, name="sdnn-keep-on", daemon=True).start()
+        while True:
+            try:
+                done.result(timeout=poll)
+                break
+            except FutureTimeout:
+                lost = sorted(set(missing) - connected(client))
+                if lost:
+                    raise CommClosedError(f"workers {lost} left while {future.key} was "
+                                          "copied to them") from None
         held = set(client.who_has([future]).get(future.key, ()))
         still = [w for w in workers if w not in held]
         if still:

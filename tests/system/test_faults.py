@@ -355,6 +355,24 @@ def test_a_worker_killed_just_before_a_run(cluster, network, model_problem, stra
     assert victim not in set(result.blocks["worker"])
 
 
+def test_copying_to_a_worker_killed_just_before_ends(cluster, network):
+    """keep_on, asked to copy weights to a worker killed a moment before (the scheduler
+    may still list it), ends with an error the executors place again on, never waits for
+    ever: Dask's replicate retried the dead worker in a loop that never ended (CI)."""
+    from distributed.comm.core import CommClosedError
+
+    from sdnn_dask.parallel.placement import keep_on
+
+    pids = cluster.run(os.getpid)
+    workers = sorted(pids)
+    weights = cluster.scatter(network, workers=workers[1:], hash=False)
+    os.kill(pids[workers[0]], signal.SIGKILL)
+    start = time.monotonic()
+    with pytest.raises((CommClosedError, RuntimeError)):
+        keep_on(cluster, weights, workers)
+    assert time.monotonic() - start < 60
+
+
 # ------------------------------------------------------------------ training loops
 
 #: Keys of a trainer's slot tasks (its id, then "-loop-").
