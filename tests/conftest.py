@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -104,3 +106,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if SYSTEM in Path(str(item.path)).resolve().parents:
             item.add_marker(pytest.mark.system)
+
+
+#: SLURM node states a job can start on.
+SLURM_UP = ("idle", "mixed", "allocated", "completing")
+
+
+def slurm_unavailable() -> str | None:
+    """Why SLURM cannot run a test here, or None (the SLURM tests and the docs' SLURM
+    blocks skip for it; under CI this file turns such skips into failures)."""
+    if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
+        return "no SLURM here (sinfo/sbatch not found); .ci/slurm-up starts one (root, Debian)"
+    try:
+        proc = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True,
+                              timeout=20)
+    except subprocess.TimeoutExpired:
+        return "SLURM does not answer: sinfo took more than 20 s"
+    if proc.returncode != 0:
+        return f"SLURM does not answer: sinfo: {proc.stderr.strip() or proc.returncode}"
+    states = {s.rstrip("*~#$@+-") for s in proc.stdout.split()}
+    if not states & set(SLURM_UP):
+        return f"no SLURM node is up (sinfo states: {sorted(states) or 'none'})"
+    try:
+        import dask_jobqueue  # noqa: F401
+    except ImportError:
+        return "dask-jobqueue is not installed: pip install 'sdnn_dask[slurm]'"
+    return None

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import os
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from .. import study
 from ..core.network import Network
 from ..registry import TRANSPORTS
 from ..study import Problem, ProblemSpec, StudyError
+from ..study.comparison import owned_client
 
 #: Where ``compare`` writes and ``report`` reads by default: a folder git ignores, so the
 #: quick start leaves a checkout clean (the repository's curated study is in results/).
@@ -272,16 +272,8 @@ def open_client(args: argparse.Namespace, progress: Progress) -> Iterator[Any]:
     """
     client = _client(args, progress)
     say_dashboard(client, progress)
-    try:
+    with owned_client(client):
         yield client
-    except BaseException:
-        logging.disable(logging.CRITICAL)
-        try:
-            client.close()
-        finally:
-            logging.disable(logging.NOTSET)
-        raise
-    client.close()
 
 
 def _client(args: argparse.Namespace, progress: Progress) -> Any:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import SHARED
+from conftest import SHARED, slurm_unavailable
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -140,21 +140,6 @@ def prepared(block: Block) -> str:
         kept.append(f"# skipped by test_docs: {line}" if skip and block.lang != "python"
                     else line)
     return "\n".join(kept) + "\n"
-
-
-def slurm_unavailable() -> str | None:
-    if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
-        return "no SLURM here (sinfo/sbatch not found)"
-    try:
-        proc = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True,
-                              timeout=20)
-    except subprocess.TimeoutExpired:
-        return "SLURM does not answer: sinfo took more than 20 s"
-    if proc.returncode != 0:
-        return f"SLURM does not answer: {proc.stderr.strip() or proc.returncode}"
-    if not {s.rstrip("*~#$@+-") for s in proc.stdout.split()} & {"idle", "mixed"}:
-        return "no idle SLURM node"
-    return None
 
 
 # Folders other people edit while this test runs; a snippet, running in its copy, cannot

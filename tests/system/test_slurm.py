@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import shutil
 import stat
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import slurm_unavailable
 from distributed import Security
 
 from sdnn_dask.cluster import ClusterError, cluster_client, connect
@@ -29,31 +29,7 @@ from sdnn_dask.parallel.serial import run_serial
 from sdnn_dask.testing import assert_same_result
 
 REPO = Path(__file__).resolve().parents[2]
-UP = ("idle", "mixed", "allocated", "completing")
-
-
-def _slurm_unavailable() -> str | None:
-    """Why the SLURM tests cannot run here, or None."""
-    if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
-        return "no SLURM here (sinfo/sbatch not found); .ci/slurm-up starts one (root, Debian)"
-    try:
-        proc = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True,
-                              timeout=20)
-    except subprocess.TimeoutExpired:
-        return "SLURM does not answer: sinfo took more than 20 s"
-    if proc.returncode != 0:
-        return f"SLURM does not answer: sinfo: {proc.stderr.strip() or proc.returncode}"
-    states = {s.rstrip("*~#$@+-") for s in proc.stdout.split()}
-    if not states & set(UP):
-        return f"no SLURM node is up (sinfo states: {sorted(states) or 'none'})"
-    try:
-        import dask_jobqueue  # noqa: F401
-    except ImportError:
-        return "dask-jobqueue is not installed: pip install 'sdnn_dask[slurm]'"
-    return None
-
-
-REASON = _slurm_unavailable()
+REASON = slurm_unavailable()
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600),
               pytest.mark.skipif(REASON is not None, reason=REASON or "")]
 
