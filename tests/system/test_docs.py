@@ -83,14 +83,15 @@ SUBSTITUTIONS = [
      "65536-1920 is an 8.05 GB store and minutes of runs"),
     ("benchmarks.md", "neuron65536-l1920.store", "neuron1024-l6.store", "as above"),
     ("clusters-and-security.md", "sdnn-dask compare --cluster slurm --workers 8",
-     "sdnn-dask compare -N 1024 -L 24 -n 2000 --cluster slurm --workers 2",
-     "8 jobs and the default problem"),
+     "sdnn-dask compare -N 1024 -L 6 -n 1000 --model none --hybrid none --cluster slurm "
+     "--workers 2", "8 jobs and the default problem; data parallelism alone (test_slurm "
+     "runs the rest on SLURM)"),
     ("clusters-and-security.md", "sbatch studies/slurm-compare.sbatch    ",
-     "sbatch --wait studies/slurm-compare.sbatch -N 1024 -L 24 -n 2000",
-     "wait for the job; a small problem"),
+     "sbatch --wait studies/slurm-compare.sbatch -N 1024 -L 6 -n 1000 --model none "
+     "--hybrid none", "wait for the job; a small problem, data parallelism alone"),
     ("clusters-and-security.md", "sbatch --ntasks=10 studies/slurm-compare.sbatch --repeat 3",
-     "sbatch --wait --ntasks=4 studies/slurm-compare.sbatch -N 1024 -L 24 -n 2000",
-     "10 tasks and 3 repeats of the default problem"),
+     "sbatch --wait --ntasks=4 studies/slurm-compare.sbatch -N 1024 -L 6 -n 1000 --model none "
+     "--hybrid none", "10 tasks and 3 repeats of the default problem"),
 ]
 SHARED_PATH = "../shared/data/graphchallenge"  # replaced by where the data really is
 SLURM_MARKERS = ("--cluster slurm", "sbatch ")  # blocks that need a running SLURM

@@ -355,7 +355,7 @@ def test_a_worker_killed_just_before_a_run(cluster, network, model_problem, stra
     assert victim not in set(result.blocks["worker"])
 
 
-def test_copying_to_a_worker_killed_just_before_ends(cluster, network):
+def test_copying_to_a_worker_killed_just_before_ends(network):
     """keep_on, asked to copy weights to a worker killed a moment before (the scheduler
     may still list it), ends with an error the executors place again on, never waits for
     ever: Dask's replicate retried the dead worker in a loop that never ended (CI)."""
@@ -363,14 +363,18 @@ def test_copying_to_a_worker_killed_just_before_ends(cluster, network):
 
     from sdnn_dask.parallel.placement import keep_on
 
-    pids = cluster.run(os.getpid)
-    workers = sorted(pids)
-    weights = cluster.scatter(network, workers=workers[1:], hash=False)
-    os.kill(pids[workers[0]], signal.SIGKILL)
-    start = time.monotonic()
-    with pytest.raises((CommClosedError, RuntimeError)):
-        keep_on(cluster, weights, workers)
-    assert time.monotonic() - start < 60
+    # the abandoned replicate retries the dead worker until the cluster closes, each
+    # connection attempt up to this timeout (30 s by default: the test's teardown)
+    with dask.config.set({"distributed.comm.timeouts.connect": "3s"}), \
+            local_client(2) as cluster:
+        pids = cluster.run(os.getpid)
+        workers = sorted(pids)
+        weights = cluster.scatter(network, workers=workers[1:], hash=False)
+        os.kill(pids[workers[0]], signal.SIGKILL)
+        start = time.monotonic()
+        with pytest.raises((CommClosedError, RuntimeError)):
+            keep_on(cluster, weights, workers)
+        assert time.monotonic() - start < 60
 
 
 # ------------------------------------------------------------------ training loops
