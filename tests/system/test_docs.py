@@ -69,12 +69,15 @@ SKIPPED_LINES = {
 SMALL_TEST = next(REPO.glob("tests/**/test_result.py")).relative_to(REPO).as_posix()
 SUBSTITUTIONS = [
     ("README.md", "sdnn-dask compare      #", "sdnn-dask compare -N 1024 -L 24 -n 2000 #",
-     "the default problem, 1024-120 x 60000, takes ~3 min"),
+     "the default problem, 1024-120 x 60000, takes ~2 min"),
     ("README.md", "python -m pytest       #", f"python -m pytest -q {SMALL_TEST} #",
-     "the whole suite takes ~11 min (and would run this test)"),
+     "the whole suite takes ~14 min (and would run this test)"),
     ("development.md", "python -m pytest                          #",
      f"python -m pytest -q {SMALL_TEST} #",
-     "the whole suite takes ~11 min (and would run this test)"),
+     "the whole suite takes ~14 min (and would run this test)"),
+    ("development.md", 'python -m pytest -m "not system"          #',
+     f'python -m pytest -q -m "not system" {SMALL_TEST} #',
+     "all but tests/system takes ~6 min"),
     ("data.md", "-N 1024 -L 120 \\", "-N 1024 -L 6 \\",
      "the official 120 layers x 60000 rows take minutes; 6 layers of the 1200 rows"),
     ("data.md", "--tile 50", "--tile 1 --model none --hybrid none",
