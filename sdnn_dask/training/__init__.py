@@ -1,11 +1,22 @@
-"""Serial training of sparse DNNs on a fixed pattern (no Dask).
+"""Training sparse DNNs on a fixed pattern: a Dask-free core, and parallel trainers on it.
+
+The core (this package's namespace: :mod:`.model`, :mod:`.reference_backprop`,
+:mod:`.compiled`, :mod:`.losses`, :mod:`.optim`, :mod:`.loop`, :mod:`.digits`) knows
+nothing of Dask. The parallel trainers are imported from their modules:
+:class:`~.data_parallel.DataParallelTrainer` and
+:class:`~.model_parallel.ModelParallelTrainer` (model parallelism and the hybrid), on the
+base :class:`~.trainer.Trainer` and the workers' side in :mod:`.slot_task`,
+:mod:`.model_parts` and :mod:`.replicas`; they move their bytes through
+:mod:`sdnn_dask.parallel.transport`. Comparing them is
+:mod:`sdnn_dask.study.training_comparison`'s, reporting on it :mod:`sdnn_dask.report.training`'s.
 
 The forward is the challenge recurrence (``Z = Y @ W``; bias, ReLU and clamp on the
 nonzeros of ``Z``) followed by a dense readout and softmax cross-entropy; gradients flow
 back through ``[0 < Y < ymax]`` and the weight gradient is sampled on each layer's
 pattern only. Two paths compute the same thing:
 
-* :mod:`~sdnn_dask.training.reference_backprop`: plain float64 NumPy/SciPy, obviously right;
+* :mod:`~sdnn_dask.training.reference_backprop` (``training.reference``): plain float64
+  NumPy/SciPy, obviously right;
 * :mod:`~sdnn_dask.training.compiled`: numba float32 kernels on dense transposed tiles,
   the inference kernel's design.
 
