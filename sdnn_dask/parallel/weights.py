@@ -12,6 +12,7 @@ from distributed import Client
 
 from .. import config
 from ..core.network import Network
+from ..dask_workers import worker_info
 from ..data.store import NetworkStore
 from ..data.streaming import StreamedNetwork
 
@@ -21,10 +22,7 @@ WEIGHTS = ("auto", "resident", "streamed")
 
 def worker_memory_limit(client: Client, workers: list[str]) -> int | None:
     """The smallest memory limit of ``workers`` in bytes (``None`` if none has one)."""
-    try:
-        info = client.scheduler_info(n_workers=-1)["workers"]  # every worker, not 5
-    except TypeError:  # distributed before 2025: every worker, always
-        info = client.scheduler_info()["workers"]
+    info = worker_info(client)
     limits = [int(info[w].get("memory_limit") or 0) for w in workers if w in info]
     limits = [m for m in limits if m > 0]
     return min(limits) if limits else None

@@ -28,6 +28,7 @@ import pandas as pd
 from distributed import Client
 
 from ..core.network import Network
+from ..dask_workers import worker_info
 from ..data.images import make_inputs
 from ..training.compiled import Workspace
 from ..training.data_parallel import DataParallelTrainer
@@ -190,7 +191,7 @@ def compare_training(client: Client, network: Network, *, batches: Sequence[int]
         :data:`LOSS_RTOL` of the serial step's.
     """
     say = progress or (lambda _message: None)
-    workers = len(client.scheduler_info()["workers"])
+    workers = len(worker_info(client))
     k = k or workers
     configs = runs(strategies, partitions)
     rng = np.random.default_rng(seed)
@@ -276,7 +277,7 @@ def compare_digits(client: Client, *, layers: int = 4, epochs: int = 5, batch: i
         :data:`ACCURACY_TOL` of the serial run's.
     """
     say = progress or (lambda _message: None)
-    workers = len(client.scheduler_info()["workers"])
+    workers = len(worker_info(client))
     k = k or workers
     configs = runs(strategies, partitions)
     data = data if data is not None else load_digits_1024(seed)

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 from distributed import Client
 
+from ..dask_workers import worker_info
 from ..parallel.allocator import tune_allocator
 from ..parallel.base import WorkerPool
 from ..parallel.faults import connected
@@ -106,7 +107,7 @@ class Trainer(WorkerPool):
     _drop: Callable[[str], Any]
 
     def __init__(self, client: Client, workers: Sequence[str] | None, *, prefix: str):
-        workers = sorted(workers or client.scheduler_info()["workers"])
+        workers = sorted(workers or worker_info(client))
         if not workers:
             raise ValueError("the cluster has no workers")
         super().__init__(client, workers)

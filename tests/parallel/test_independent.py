@@ -109,7 +109,7 @@ def test_data_parallel(client, problem, partition, merge):
     blocks = result.blocks.sort_values("block")
     assert blocks["rows"].tolist() == [len(r) for r in rows]
     assert blocks["survivors"].tolist() == [int(alive[r].sum()) for r in rows]
-    workers = sorted(client.scheduler_info()["workers"])
+    workers = sorted(client.nthreads())
     assert blocks["worker"].tolist() == [workers[b % 2] for b in range(3)]  # static: pinned
     how = "merged" if merge else "alone"
     assert result.params == {"dedup": False, "placement": "static", "merge_blocks": how,
@@ -143,7 +143,7 @@ def test_dynamic_placement(client, problem, partition, merge):
     assert blocks["block"].tolist() == list(range(7))
     assert blocks["rows"].tolist() == [len(r) for r in rows]
     assert blocks["survivors"].tolist() == [int(alive[r].sum()) for r in rows]
-    assert set(blocks["worker"]) <= set(client.scheduler_info()["workers"])
+    assert set(blocks["worker"]) <= set(client.nthreads())
     assert result.params["placement"] == "dynamic" and result.n_blocks == 7
     # the work each block did: its live rows summed over the layers, from the recurrence
     from sdnn_dask import records
@@ -250,7 +250,7 @@ def test_model_and_hybrid(client, problem, method, k, row_groups, transport):
     if row_groups != 1:
         return  # the row groups split the rows: the per-layer totals below are for one group
     comm = result.communication.set_index("layer")
-    expected = _expected_communication(net, partition, ys, len(client.scheduler_info()["workers"]))
+    expected = _expected_communication(net, partition, ys, len(client.nthreads()))
     for layer, values in expected.items():
         got = {name: int(comm.loc[layer, name]) for name in values}
         assert got == values, f"layer {layer}"

@@ -408,7 +408,7 @@ def real_records(client):
     from sdnn_dask.records import layer_records, records_frame, run_records
 
     net = make_network(1024, 12, seed=0)
-    first = sorted(client.scheduler_info()["workers"])[:1]
+    first = sorted(client.nthreads())[:1]
     one, two = DataParallelExecutor(client, net, workers=first), DataParallelExecutor(client,
                                                                                       net)
     model = ModelParallelExecutor(client, net)

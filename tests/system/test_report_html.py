@@ -47,7 +47,7 @@ def study():
         layers.append(records.layer_records(result, study="t"))
 
     with local_client(2) as client:
-        first = sorted(client.scheduler_info()["workers"])[0]
+        first = sorted(client.nthreads())[0]
         for neurons, n_layers in NETWORKS:
             net = make_network(neurons, n_layers)
             y = make_inputs(INPUTS, neurons)

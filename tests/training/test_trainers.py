@@ -258,7 +258,7 @@ def test_every_trainer_on_a_threaded_cluster():
     for x, labels in batches:
         train_step(serial, x, labels, optimizer)
     with local_client(2, processes=False) as client:
-        assert all(w.startswith("inproc://") for w in client.scheduler_info()["workers"])
+        assert all(w.startswith("inproc://") for w in client.nthreads())
         trainers = [DataParallelTrainer(client, model, lr=0.05, momentum=0.9),
                     ModelParallelTrainer(client, model, _partition(model, 2, "block"),
                                          lr=0.05, momentum=0.9),

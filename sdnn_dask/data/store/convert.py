@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from ...dask_workers import worker_info
 from .. import io
 from ..io import ChallengeFormatError
 from .manifest import PathLike, file_sha256
@@ -207,7 +208,7 @@ def _convert_on(client: Any, paths: list[Path], n_neurons: int, tmp: str, writer
     from distributed import as_completed
 
     token = uuid.uuid4().hex[:8]
-    threads = sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values())
+    threads = sum(w.get("nthreads", 1) for w in worker_info(client).values())
     todo = iter(enumerate(paths, start=1))
     futures = []
 
