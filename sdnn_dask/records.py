@@ -53,6 +53,8 @@ bytes_moved         bytes of the pieces moved between workers in the run, counte
                     empty where not measured)
 predicted_volume    the neuron partition's volume: activation columns sent between parts,
                     summed over layers and row groups (km1)
+predicted_bytes     the bytes forecast, before the run, from a sample of its inputs
+                    (model/hybrid in a study; empty where not forecast)
 partition_s         seconds taken to compute the neuron partition
 wall_s              the run's inference seconds seen by the caller
 edges_per_s         ``inputs * edges / wall_s``
@@ -85,6 +87,7 @@ nnz_out, seconds, distinct_out`` (the live rows computed, identical rows once:
 ``rows_out`` where nothing was merged; empty where not counted), and for model/hybrid runs
 what the part received in the layer: ``columns_in`` (predicted columns from other parts),
 ``bytes_in`` (measured: by the direct transport, or by Dask for the graph one),
+``predicted_bytes_in`` (forecast before the run, where a study asked for it),
 ``transfers_in``, ``nnz_in`` and ``rows_received``; with the direct transport also where
 the part's time went besides ``seconds`` (its step): ``wait_s`` (waiting for pieces),
 ``send_s`` (cutting, serialising and queueing its pieces), ``serialise_s`` (part of
@@ -134,7 +137,7 @@ RUN_DTYPES: dict[str, str] = {
     "wall_s": _FLOAT, "edges_per_s": _FLOAT, "imbalance": _FLOAT,
     "survivor_imbalance": _FLOAT, "work_imbalance": _FLOAT, "placement": _TEXT,
     "merge_blocks": _TEXT, "weights": _TEXT,
-    "bytes_moved": _FLOAT, "predicted_volume": _FLOAT,
+    "bytes_moved": _FLOAT, "predicted_volume": _FLOAT, "predicted_bytes": _FLOAT,
     "partition_s": _FLOAT, "check": _TEXT, "check_against": _TEXT,
     "max_abs_diff": _FLOAT, "versions": _TEXT,
 }
@@ -143,7 +146,7 @@ LAYER_DTYPES: dict[str, str] = {
     "study": _TEXT, "run_id": _TEXT, "block": _INT, "layer": _INT, "mode": _TEXT,
     "rows_in": _INT, "rows_out": _INT, "nnz_out": _INT, "seconds": _FLOAT,
     "distinct_out": _INT, "columns_in": _FLOAT, "bytes_in": _FLOAT, "transfers_in": _FLOAT,
-    "nnz_in": _FLOAT,
+    "nnz_in": _FLOAT, "predicted_bytes_in": _FLOAT,
     "rows_received": _FLOAT, "wait_s": _FLOAT, "send_s": _FLOAT, "serialise_s": _FLOAT,
     "deserialise_s": _FLOAT, "transit_s": _FLOAT,
 }
@@ -262,6 +265,7 @@ def run_records(
         "weights": params.get("weights", ""),
         "bytes_moved": _or_nan(result.bytes_moved),
         "predicted_volume": _or_nan(result.predicted_volume),
+        "predicted_bytes": _or_nan(result.predicted_bytes),
         "partition_s": _or_nan(result.partition_seconds),
         "check": check,
         "check_against": check_against,

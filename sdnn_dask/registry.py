@@ -15,6 +15,9 @@ STRATEGIES = (*SERIAL_STRATEGIES, "data", "model", "hybrid")
 ROW_PARTITIONS = ("block", "hash", "random")
 #: How model parallelism splits every layer's neurons.
 NEURON_PARTITIONS = ("block", "hash", "random", "hypergraph")
+#: What a hypergraph partition minimises: the bytes a sample of the inputs sends
+#: (``traffic``), or the activation columns sent whatever carries them (``km1``).
+OBJECTIVES = ("traffic", "km1")
 #: How model-parallel parts exchange activations.
 TRANSPORTS = ("direct", "graph")
 #: How data parallelism gives blocks to workers: pinned, or as workers free up.

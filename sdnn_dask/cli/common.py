@@ -46,8 +46,9 @@ class Progress:
             print(message, file=self.stream, flush=True)
 
     def counter(self, label: str):
-        """A ``callback(done, total)`` that reports progress of a loop."""
-        state = {"last": 0.0}
+        """A ``callback(done, total)`` that reports progress of a loop, with the time
+        left at the loop's pace so far."""
+        state = {"last": 0.0, "start": time.monotonic()}
 
         def report_progress(done: int, total: int) -> None:
             if self.quiet:
@@ -57,9 +58,25 @@ class Progress:
                 state["last"] = now
                 end = "\n" if done == total or not self.live else ""
                 prefix = "\r" if self.live else ""
-                print(f"{prefix}{label}: {done}/{total}", end=end, file=self.stream, flush=True)
+                elapsed = now - state["start"]
+                pace = (f", {elapsed:.0f} s" if done == total else
+                        f", about {elapsed / done * (total - done):.0f} s left" if done else "")
+                print(f"{prefix}{label}: {done}/{total}{pace}", end=end, file=self.stream,
+                      flush=True)
 
         return report_progress
+
+    def stages(self, labels: dict[str, str]):
+        """A ``callback(stage, done, total)``: one :meth:`counter` per stage, labelled by
+        ``labels[stage]``."""
+        counters: dict[str, Any] = {}
+
+        def report_stage(stage: str, done: int, total: int) -> None:
+            if stage not in counters:
+                counters[stage] = self.counter(labels.get(stage, stage))
+            counters[stage](done, total)
+
+        return report_stage
 
     @contextlib.contextmanager
     def step(self, message: str) -> Iterator[None]:

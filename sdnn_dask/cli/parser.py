@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 from .. import config, records
+from ..partition.traffic import DEFAULT_SAMPLE
 from ..registry import NEURON_PARTITIONS, ORDERS, ROW_PARTITIONS, STRATEGIES
 from .cluster import cmd_cluster
 from .common import DEFAULT_RESULTS
@@ -318,8 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("partition", help="partition every layer's neurons into k parts; "
                                          "print km1 (communication) and balance")
-    _add_network_arguments(p.add_argument_group("network (generated unless --data is given)"),
-                           with_inputs=False)
+    _add_problem_arguments(p)
     p.add_argument("-k", "--parts", dest="k", type=POSITIVE, default=4, help="parts (4)")
     p.add_argument("--method", choices=NEURON_PARTITIONS, default="hypergraph",
                    help="how to split each layer's neurons (hypergraph: Mt-KaHyPar, the "
@@ -330,6 +330,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None,
                    help="write the partition (.npz; default: not written)")
     p.add_argument("--per-layer", action="store_true", help="print every layer's figures")
+    p.add_argument("--objective", choices=("traffic", "km1"), default="traffic",
+                   help="hypergraph: traffic (nets weighted by the nonzeros a sample of the "
+                        "inputs sends; Mt-KaHyPar only on the layers that carry traffic) or "
+                        "km1 (every net 1, every layer partitioned; hours at 65536-1920) "
+                        "(traffic)")
+    p.add_argument("--sample", type=POSITIVE, default=None,
+                   help=f"input rows sampled to estimate the traffic ({DEFAULT_SAMPLE})")
+    p.add_argument("--forecast", action="store_true",
+                   help="also forecast the bytes a model-parallel run of the inputs moves "
+                        "(one more pass of the sample)")
     p.add_argument("--no-partition-cache", action="store_true",
                    help="recompute a hypergraph partition even if one is cached")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress messages")

@@ -60,6 +60,10 @@ class RunResult:
     predicted_volume
         The neuron partition's communication volume: activation columns sent between
         parts, summed over layers and row groups (``None`` without a neuron partition).
+    predicted_bytes
+        The bytes forecast from a sample of the inputs before the run
+        (:func:`~sdnn_dask.parallel.exchange_forecast.forecast_exchange`; ``None`` unless
+        asked for).
     partition_seconds
         Time taken to compute the neuron partition (``None`` without one).
     communication
@@ -94,6 +98,7 @@ class RunResult:
     row_groups: int | None = None
     bytes_moved: int | None = None
     predicted_volume: int | None = None
+    predicted_bytes: float | None = None
     partition_seconds: float | None = None
     communication: pd.DataFrame | None = field(default=None, repr=False)
     transport: str | None = None

@@ -63,9 +63,10 @@ from ..core.result import RunResult, network_info
 from ..data.store import NetworkStore
 from ..data.streaming import StreamedNetwork
 from ..partition import NeuronPartition, make_neuron_partition, make_row_partition
-from ..registry import TRANSPORTS  # "direct" or "graph"
+from ..registry import OBJECTIVES, TRANSPORTS  # "direct" or "graph"
 from .allocator import tune_allocator
 from .base import Executor
+from .exchange_forecast import forecast_exchange
 from .faults import WorkerLostError, gather_pinned, place_retrying
 from .model_direct import MESSAGE_COLUMNS, TIMING_COLUMNS, run_part
 from .model_graph import build_graph, graph_messages
@@ -140,6 +141,7 @@ class ModelParallelExecutor(Executor):
                  weights: str | None = None):
         self._placed: dict[tuple, tuple[NeuronPartition, list[PartPlan],
                                         dict[tuple[int, str], Future], list[str]]] = {}
+        self._forecasts: dict[tuple, tuple[pd.DataFrame, NeuronPartition, Any]] = {}
         if isinstance(network, NetworkStore | str | os.PathLike):  # a store, or its folder
             network = StreamedNetwork(network)
         self.weights = weights or config.get("data-parallel.weights")
@@ -165,16 +167,23 @@ class ModelParallelExecutor(Executor):
 
     def partition(self, method: str | NeuronPartition = "block", k: int | None = None, *,
                   seed: int = 0, nbuckets: int = 1, epsilon: float = 0.03,
-                  cache: bool | str | None = True) -> NeuronPartition:
-        """The neuron partition a run with these arguments uses (built if needed)."""
+                  cache: bool | str | None = True, inputs: sp.spmatrix | None = None,
+                  objective: str = "traffic") -> NeuronPartition:
+        """The neuron partition a run with these arguments uses (built if needed); a
+        hypergraph one is weighted by the traffic of ``inputs`` unless ``objective`` is
+        ``"km1"`` (:func:`~sdnn_dask.partition.hypergraph.hypergraph_partition`)."""
         if isinstance(method, NeuronPartition):
             if k is not None and k != method.k:
                 raise ValueError(f"k={k} but the partition given has k={method.k}")
             return method
+        if objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got "
+                             f"{objective!r}")
         k = self.n_workers if k is None else k
         return make_neuron_partition(self.network, k, method, seed=seed, nbuckets=nbuckets,
                                      epsilon=epsilon, cache=cache if method == "hypergraph"
-                                     else None)
+                                     else None,
+                                     inputs=inputs if objective == "traffic" else None)
 
     def _place(self, partition: NeuronPartition, row_groups: int
                ) -> tuple[list[PartPlan], dict[tuple[int, str], Future], list[str]]:
@@ -269,6 +278,8 @@ class ModelParallelExecutor(Executor):
         cache: bool | str | None = True,
         transport: str = "direct",
         dedup: bool | None = None,
+        objective: str = "traffic",
+        forecast: bool = False,
     ) -> RunResult:
         """Infer ``inputs`` with every layer's neurons split into ``k`` parts.
 
@@ -297,6 +308,14 @@ class ModelParallelExecutor(Executor):
             Compute identical rows once (default ``sdnn.kernel.dedup``): each group's
             parts agree on them (:mod:`sdnn_dask.parallel.slabs.shared_rows`) and only
             representatives are computed and exchanged; the same bits either way.
+        objective
+            A ``"hypergraph"`` partition built here: ``"traffic"`` (weighted by what a
+            sample of ``inputs`` sends; Mt-KaHyPar on the layers that carry it) or
+            ``"km1"`` (every net and layer alike).
+        forecast
+            Also forecast the bytes moved from a sample of the inputs, before looking
+            (:func:`~sdnn_dask.parallel.exchange_forecast.forecast_exchange`):
+            ``predicted_bytes`` per layer in ``communication`` and in total.
 
         Returns
         -------
@@ -316,11 +335,11 @@ class ModelParallelExecutor(Executor):
         if int(row_groups) != row_groups or row_groups < 1:
             raise ValueError(f"row_groups must be a positive integer, got {row_groups!r}")
         part = self.partition(partition, k, seed=seed, nbuckets=nbuckets, epsilon=epsilon,
-                              cache=cache)
+                              cache=cache, inputs=y, objective=objective)
         groups = make_row_partition(row_partition, y.shape[0], row_groups, seed=seed).blocks()
         settings = (row_partition, seed, transport, dedup_enabled(dedup))
         try:
-            return self._run(y, part, groups, row_groups, *settings)
+            result = self._run(y, part, groups, row_groups, *settings)
         except SliceDamagedError as error:
             if not self.streamed or self.slices is None:
                 raise
@@ -331,7 +350,35 @@ class ModelParallelExecutor(Executor):
                           StaleSlicesWarning, stacklevel=2)
             self._placed = {}
             discard_slices(self.slices)
-            return self._run(y, part, groups, row_groups, *settings)
+            result = self._run(y, part, groups, row_groups, *settings)
+        if forecast:
+            self._add_forecast(result, y, part, groups, settings[3])
+        return result
+
+    def _add_forecast(self, result: RunResult, y: sp.csr_matrix, part: NeuronPartition,
+                      groups: list[np.ndarray], dedup: bool) -> None:
+        """``predicted_bytes_in`` per part and layer (in ``layers``), ``predicted_bytes``
+        per layer (in ``communication``) and in total: each row group's forecast, its parts
+        routed to the workers that ran them."""
+        blocks = result.blocks
+        routes = tuple(tuple(blocks[blocks["group"] == g].sort_values("part")["worker"])
+                       for g in range(len(groups)))
+        # once per partition, inputs and placement: a study repeats its runs
+        key = (id(part), id(y.data), id(y.indptr), y.shape, tuple(len(r) for r in groups),
+               routes, dedup)
+        if key not in self._forecasts:
+            frames = [forecast_exchange(self.network, part, y[rows], dedup=dedup,
+                                        route=list(routes[g])).assign(group=g)
+                      for g, rows in enumerate(groups)]
+            # the objects are kept with it, so their ids are not reused while it is
+            self._forecasts = {key: (pd.concat(frames, ignore_index=True), part, y)}
+        forecast = self._forecasts[key][0]
+        result.layers = result.layers.merge(
+            forecast[["group", "part", "layer", "predicted_bytes_in"]],
+            on=["group", "part", "layer"], how="left")
+        per_layer = forecast.groupby("layer")["predicted_bytes_in"].sum()
+        result.communication["predicted_bytes"] = result.communication["layer"].map(per_layer)
+        result.predicted_bytes = float(per_layer.sum())
 
     def _run(self, y: sp.csr_matrix, part: NeuronPartition, groups: list[np.ndarray],
              row_groups: int, row_partition: str, seed: int, transport: str, dedup: bool

@@ -34,11 +34,13 @@ What Mt-KaHyPar 1.7 (PyPI ``mtkahypar``) needs, found by trying it and reading i
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import threading
 import time
 import zipfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +48,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import config
+from ..data.streaming import StreamedNetwork
 from .neurons import NeuronPartition, blocks_of, connectivity
+from .traffic import DEFAULT_MIN_SHARE, DEFAULT_SAMPLE, TrafficProfile, inputs_digest
 
 if TYPE_CHECKING:
     from ..core.network import Network
@@ -108,6 +112,7 @@ def partition_columns(
     epsilon: float = 0.03,
     seed: int = 0,
     fixed_rows: np.ndarray | None = None,
+    net_weights: np.ndarray | None = None,
 ) -> np.ndarray:
     """Partition the columns (output neurons) of one layer, minimising the column-net km1.
 
@@ -128,6 +133,11 @@ def partition_columns(
         Parts of the rows (the previous level's owners). ``None``: nets are the rows'
         columns alone (no source vertex). Given: each net also holds its row, a vertex
         fixed to ``fixed_rows[i]``, so km1 counts the columns sent to non-owners.
+    net_weights
+        One non-negative integer per row: what sending row ``i``'s activation column
+        costs (its traffic, :meth:`~.traffic.SampledLevel.column_weights`), so the
+        objective is the weighted km1; rows of weight 0 carry nothing and are left out.
+        ``None``: every net weighs 1.
 
     Returns
     -------
@@ -169,6 +179,14 @@ def partition_columns(
     rng = np.random.default_rng(seed)
     label = rng.permutation(n_cols)  # vertex id of column j
     nonempty = np.flatnonzero(np.diff(w.indptr))
+    if net_weights is not None:
+        net_weights = np.asarray(net_weights)
+        if net_weights.shape != (n_rows,) or (n_rows and net_weights.min() < 0):
+            raise ValueError(f"net_weights must be {n_rows} non-negative integers, got "
+                             f"shape {net_weights.shape}")
+        nonempty = nonempty[net_weights[nonempty] > 0]
+    if net_weights is not None and not len(nonempty):  # no traffic: any balanced split
+        return blocks_of(np.arange(n_cols), n_cols, k)
     pins = label[w.indices].tolist()
     ptr = w.indptr.tolist()
     net_rows = nonempty[rng.permutation(len(nonempty))].tolist()
@@ -189,8 +207,10 @@ def partition_columns(
     # exact caps: the fixed vertices' unit weights do not loosen the bound on work
     context.set_individual_target_block_weights((fixed_counts + free_cap).tolist())
     context.logging = False
+    edge_weights = ([1] * len(nets) if net_weights is None
+                    else np.asarray(net_weights, dtype=np.int64)[net_rows].tolist())
     hypergraph = initializer.create_hypergraph(
-        context, len(node_weights), len(nets), nets, node_weights.tolist(), [1] * len(nets)
+        context, len(node_weights), len(nets), nets, node_weights.tolist(), edge_weights
     )
     if fixed_rows is not None:
         hypergraph.add_fixed_vertices([-1] * n_cols + fixed_rows.tolist(), k)
@@ -224,22 +244,78 @@ def _place_inputs(w: sp.csr_matrix, column_parts: np.ndarray, k: int) -> np.ndar
     return owner
 
 
-def _cache_key(network: Network, k: int, epsilon: float, seed: int) -> str:
+@dataclass(frozen=True)
+class TrafficSettings:
+    """How a traffic-weighted partition estimates the traffic (:mod:`~.traffic`).
+
+    Attributes
+    ----------
+    sample
+        Input rows run through the network to estimate it.
+    sample_seed
+        Picks them.
+    min_share
+        Layers carrying at least this share of the heaviest layer's traffic are
+        partitioned with Mt-KaHyPar; the others carry the previous level's parts forward.
+    dedup
+        Whether the runs merge identical rows (the traffic of the deep layers is then one
+        row's).
+    """
+
+    sample: int = DEFAULT_SAMPLE
+    sample_seed: int = 0
+    min_share: float = DEFAULT_MIN_SHARE
+    dedup: bool = True
+
+    def as_params(self) -> dict[str, Any]:
+        """The settings as a partition's (and a run's) parameters."""
+        return {"traffic_sample": int(self.sample), "traffic_seed": int(self.sample_seed),
+                "traffic_min_share": float(self.min_share),
+                "traffic_dedup": bool(self.dedup)}
+
+
+def network_digest(network: Network) -> str:
+    """SHA-256 of what a network computes: every layer's pattern and values, the bias and
+    the clamp. A store's layers are named by the SHA-256 its manifest records for their
+    files (checked when they are read), so a 65536-1920 store is not read to key it."""
+    digest = hashlib.sha256(f"N={network.n_neurons}|L={network.n_layers}|"
+                            f"ymax={float(network.ymax)!r}".encode())
+    digest.update(np.ascontiguousarray(
+        np.broadcast_to(np.asarray(network.bias, np.float32), (network.n_neurons,))).tobytes())
+    if isinstance(network, StreamedNetwork):
+        for entry in network.store.manifest["layers"][: network.n_layers]:
+            digest.update(json.dumps(entry, sort_keys=True).encode())
+        return digest.hexdigest()
+    for w in network.layers:
+        for array, dtype in ((w.indptr, np.int64), (w.indices, np.int32),
+                             (w.data, np.float32)):
+            digest.update(np.ascontiguousarray(array, dtype=dtype).tobytes())
+    return digest.hexdigest()
+
+
+def _cache_key(network: Network, k: int, epsilon: float, seed: int,
+               traffic: tuple[str, TrafficSettings] | None) -> str:
     digest = hashlib.sha256(
         f"hypergraph|v{ALGORITHM_VERSION}|N={network.n_neurons}|L={network.n_layers}|"
         f"k={k}|eps={float(epsilon)!r}|seed={seed}".encode()
     )
-    for w in network.layers:
-        digest.update(np.ascontiguousarray(w.indptr, dtype=np.int64).tobytes())
-        digest.update(np.ascontiguousarray(w.indices, dtype=np.int32).tobytes())
+    if traffic is None:  # uniform weights: the patterns alone decide
+        for w in network.layers:
+            digest.update(np.ascontiguousarray(w.indptr, dtype=np.int64).tobytes())
+            digest.update(np.ascontiguousarray(w.indices, dtype=np.int32).tobytes())
+    else:  # the values, bias, clamp and inputs decide the traffic too
+        inputs, settings = traffic
+        digest.update(f"traffic|{network_digest(network)}|{inputs}|"
+                      f"{json.dumps(settings.as_params(), sort_keys=True)}".encode())
     return digest.hexdigest()[:24]
 
 
 def _cache_file(cache: bool | str | os.PathLike, network: Network, k: int, epsilon: float,
-                seed: int) -> Path:
+                seed: int, traffic: tuple[str, TrafficSettings] | None = None) -> Path:
     folder = config.cache_dir() / "partitions" if cache is True else Path(cache)
-    key = _cache_key(network, k, epsilon, seed)
-    return folder / f"neurons-hypergraph-n{network.n_neurons}-l{network.n_layers}-k{k}-{key}.npz"
+    key = _cache_key(network, k, epsilon, seed, traffic)
+    how = "hypergraph" if traffic is None else "traffic"
+    return folder / f"neurons-{how}-n{network.n_neurons}-l{network.n_layers}-k{k}-{key}.npz"
 
 
 def _load_cached(path: Path, network: Network, k: int) -> NeuronPartition | None:
@@ -256,10 +332,19 @@ def _load_cached(path: Path, network: Network, k: int) -> NeuronPartition | None
     return cached
 
 
+def _traffic_key(inputs: Any, settings: TrafficSettings | None
+                 ) -> tuple[str, TrafficSettings] | None:
+    if inputs is None:
+        return None
+    return inputs_digest(inputs), settings or TrafficSettings()
+
+
 def is_cached(network: Network, k: int, *, epsilon: float = 0.03, seed: int = 0,
-              cache: bool | str | os.PathLike = True) -> bool:
+              cache: bool | str | os.PathLike = True, inputs: Any = None,
+              traffic: TrafficSettings | None = None) -> bool:
     """Whether :func:`hypergraph_partition` would read this partition from ``cache``."""
-    return _load_cached(_cache_file(cache, network, k, epsilon, seed), network, k) is not None
+    path = _cache_file(cache, network, k, epsilon, seed, _traffic_key(inputs, traffic))
+    return _load_cached(path, network, k) is not None
 
 
 def hypergraph_partition(
@@ -269,14 +354,24 @@ def hypergraph_partition(
     epsilon: float = 0.03,
     seed: int = 0,
     cache: bool | str | os.PathLike | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+    inputs: sp.spmatrix | sp.sparray | None = None,
+    traffic: TrafficSettings | None = None,
 ) -> NeuronPartition:
     """Partition every level of ``network`` into ``k`` parts, layer by layer, with Mt-KaHyPar.
+
+    Without ``inputs`` every layer is partitioned and every net weighs 1 (the column-net
+    km1 of the paper). With ``inputs``, the partition is *traffic-weighted*: a sample of
+    the inputs is run through the network first (:class:`~.traffic.TrafficProfile`), each
+    net weighs the nonzeros its activation column is expected to carry, and only the
+    layers carrying at least ``traffic.min_share`` of the heaviest layer's traffic are
+    partitioned; every other layer keeps the previous level's parts (no Mt-KaHyPar run,
+    and no read of its matrix).
 
     Parameters
     ----------
     network
-        The network.
+        The network (in memory or streamed from a store).
     k
         Number of parts.
     epsilon
@@ -286,11 +381,17 @@ def hypergraph_partition(
         expectation) partitions.
     cache
         A folder, or ``True`` for ``sdnn_dask.config.cache_dir() / "partitions"``: a
-        partition made before for the same layers (their sparsity patterns), N, L, k,
-        epsilon and seed is read back instead of recomputed (``seconds`` stays the time
-        it took to make). ``None``/``False``: no cache.
+        partition made before with the same inputs is read back instead of recomputed
+        (``seconds`` stays the time it took to make). The key is the layers' patterns, N,
+        L, k, epsilon and seed; a traffic-weighted partition's adds the network's values,
+        bias and clamp, the inputs and ``traffic``. ``None``/``False``: no cache.
     progress
-        Called as ``progress(done, total)`` after each layer.
+        Called as ``progress(stage, done, total)``: stage ``"sample"`` after each layer of
+        the sample's pass, ``"mtkahypar"`` after each layer partitioned.
+    inputs
+        The input rows whose traffic weighs the partition; ``None``: uniform weights.
+    traffic
+        How the traffic is estimated (default :class:`TrafficSettings`()).
 
     Examples
     --------
@@ -302,18 +403,52 @@ def hypergraph_partition(
     """
     k = _check_k(k)
     _check_epsilon(epsilon)
+    key = _traffic_key(inputs, traffic)
     path = None
     if cache:
-        path = _cache_file(cache, network, k, epsilon, seed)
+        path = _cache_file(cache, network, k, epsilon, seed, key)
         cached = _load_cached(path, network, k)
         if cached is not None:
-            if progress is not None:
-                progress(network.n_layers, network.n_layers)
             return cached
     if k > 1:
         _mtkahypar()  # fail before any work when the extra is missing
 
     start = time.perf_counter()
+    params: dict[str, Any] = {"seed": seed, "epsilon": float(epsilon), "objective": "km1",
+                              "preset": "deterministic", "version": ALGORITHM_VERSION}
+    if key is None:
+        parts = _every_layer(network, k, epsilon, seed, progress)
+    else:
+        settings = key[1]
+        profile = TrafficProfile.measure(
+            network, inputs, sample=settings.sample, seed=settings.sample_seed,
+            dedup=settings.dedup, min_share=settings.min_share,
+            progress=None if progress is None else lambda d, t: progress("sample", d, t))
+        parts = _heavy_layers(network, k, epsilon, seed, profile, progress)
+        params.update(objective="traffic", **settings.as_params(),
+                      partitioned=_ranges(profile.heavy),
+                      sample_seconds=round(profile.seconds, 3))
+    result = NeuronPartition(method="hypergraph", k=k, parts=parts, params=params,
+                             seconds=time.perf_counter() - start)
+    if path is not None:
+        result.save(path)
+    return result
+
+
+def _ranges(layers: list[int]) -> str:
+    """``[1, 2, 3, 7]`` as ``"1-3,7"`` (the layers Mt-KaHyPar partitioned, for the record)."""
+    out: list[str] = []
+    for layer in layers:
+        if out and layer == int(out[-1].split("-")[-1]) + 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{layer}"
+        else:
+            out.append(str(layer))
+    return ",".join(out)
+
+
+def _every_layer(network: Network, k: int, epsilon: float, seed: int,
+                 progress: Callable[[str, int, int], None] | None) -> np.ndarray:
+    """Every layer partitioned with Mt-KaHyPar, every net weighing 1."""
     n_layers = network.n_layers
     parts = np.empty((n_layers + 1, network.n_neurons), dtype=np.int32)
     for layer, w in enumerate(network.layers, start=1):
@@ -324,11 +459,46 @@ def hypergraph_partition(
             parts[layer] = partition_columns(w, k, epsilon=epsilon, seed=seed,
                                              fixed_rows=parts[layer - 1])
         if progress is not None:
-            progress(layer, n_layers)
-    params = {"seed": seed, "epsilon": float(epsilon), "preset": "deterministic",
-              "version": ALGORITHM_VERSION}
-    result = NeuronPartition(method="hypergraph", k=k, parts=parts, params=params,
-                             seconds=time.perf_counter() - start)
-    if path is not None:
-        result.save(path)
-    return result
+            progress("mtkahypar", layer, n_layers)
+    return parts
+
+
+def _net_weights(weights: np.ndarray) -> np.ndarray:
+    """Traffic as Mt-KaHyPar's integer net weights: scaled to at most 1000 (its weights
+    and the km1 sum are 32-bit), and 1 at least where there is any traffic."""
+    top = float(weights.max()) if weights.size else 0.0
+    if top <= 0:
+        return np.zeros(len(weights), np.int64)
+    return np.where(weights > 0, np.maximum(1, np.rint(weights * (1000.0 / top))), 0
+                    ).astype(np.int64)
+
+
+def _heavy_layers(network: Network, k: int, epsilon: float, seed: int,
+                  profile: TrafficProfile,
+                  progress: Callable[[str, int, int], None] | None) -> np.ndarray:
+    """Mt-KaHyPar on the profile's heavy layers, the previous level's parts carried
+    forward on the others; layers after the last heavy one are not read."""
+    n_layers, heavy = network.n_layers, profile.heavy
+    parts = np.empty((n_layers + 1, network.n_neurons), dtype=np.int32)
+    last = heavy[-1] if heavy else 0
+    done = 0
+    for layer, w in enumerate(network.layers, start=1):
+        if layer > last:
+            break
+        if layer not in profile.weights:
+            parts[layer] = parts[layer - 1]
+            continue
+        weights = _net_weights(profile.weights[layer])
+        if layer == 1:
+            parts[1] = partition_columns(w, k, epsilon=epsilon, seed=seed, net_weights=weights)
+            parts[0] = _place_inputs(w, parts[1], k)
+        else:
+            parts[layer] = partition_columns(w, k, epsilon=epsilon, seed=seed,
+                                             fixed_rows=parts[layer - 1], net_weights=weights)
+        done += 1
+        if progress is not None:
+            progress("mtkahypar", done, len(heavy))
+    if last == 0:  # no traffic at all: any balanced split will do
+        parts[0] = blocks_of(np.arange(network.n_neurons), network.n_neurons, k)
+    parts[last + 1:] = parts[last]
+    return parts

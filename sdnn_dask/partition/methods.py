@@ -13,10 +13,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
+import scipy.sparse as sp
 
 from ..registry import NEURON_PARTITIONS
 from .hashing import bucket_hash
-from .hypergraph import hypergraph_partition
+from .hypergraph import TrafficSettings, hypergraph_partition
 from .neurons import NeuronPartition, blocks_of
 
 if TYPE_CHECKING:
@@ -32,7 +33,9 @@ def make_neuron_partition(
     nbuckets: int = 1,
     epsilon: float = 0.03,
     cache: bool | str | os.PathLike | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+    inputs: sp.spmatrix | sp.sparray | None = None,
+    traffic: TrafficSettings | None = None,
 ) -> NeuronPartition:
     """Build a neuron partition of ``network`` into ``k`` parts by name.
 
@@ -54,7 +57,12 @@ def make_neuron_partition(
         For ``"hypergraph"`` (the others take milliseconds): a folder, or ``True`` for
         ``cache_dir() / "partitions"``; see :func:`~.hypergraph.hypergraph_partition`.
     progress
-        For ``"hypergraph"``: called as ``progress(done, total)`` after each layer.
+        For ``"hypergraph"``: called as ``progress(stage, done, total)`` (see
+        :func:`~.hypergraph.hypergraph_partition`).
+    inputs, traffic
+        For ``"hypergraph"``: the input rows whose traffic weighs the partition, and how
+        it is estimated (:func:`~.hypergraph.hypergraph_partition`); without ``inputs``
+        every layer is partitioned with uniform weights.
 
     Examples
     --------
@@ -73,7 +81,7 @@ def make_neuron_partition(
     k = int(k)
     if method == "hypergraph":
         return hypergraph_partition(network, k, epsilon=epsilon, seed=seed, cache=cache,
-                                    progress=progress)
+                                    progress=progress, inputs=inputs, traffic=traffic)
 
     start = time.perf_counter()
     n, levels = network.n_neurons, network.n_layers + 1

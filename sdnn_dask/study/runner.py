@@ -4,6 +4,7 @@ result (:func:`verify`)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -66,11 +67,16 @@ class Runner:
         Do the untimed warm-up runs.
     progress
         Called with a message for each step (partitioning, sending the weights).
+    forecast
+        Forecast the bytes of every model and hybrid run from a sample of the inputs
+        (``predicted_bytes``; once per partition, outside the timed run).
     """
 
     def __init__(self, problem: Problem, client: Client | None = None, *, study: str,
-                 warm_up: bool = True, progress: Callable[[str], None] | None = None):
+                 warm_up: bool = True, progress: Callable[[str], None] | None = None,
+                 forecast: bool = True):
         self.problem = problem
+        self.forecast = forecast
         self.client = client
         self.study = study
         self.warm_up = warm_up
@@ -119,23 +125,51 @@ class Runner:
     def _partition(self, spec: RunSpec, k: int):
         from ..partition import make_neuron_partition
 
-        key = (spec.partition, k, spec.seed, spec.nbuckets, spec.epsilon)
+        key = (spec.partition, k, spec.seed, spec.nbuckets, spec.epsilon, spec.objective)
         if key not in self._partitions:
             epsilon = 0.03 if spec.epsilon is None else spec.epsilon
+            inputs = self.problem.inputs if spec.objective == "traffic" else None
             cached = False
             if spec.partition == "hypergraph":
                 from ..partition.hypergraph import is_cached
 
-                cached = is_cached(self.problem.network, k, epsilon=epsilon, seed=spec.seed)
+                cached = is_cached(self.problem.network, k, epsilon=epsilon, seed=spec.seed,
+                                   inputs=inputs)
+            how = f" ({spec.objective})" if spec.partition == "hypergraph" else ""
             say(self.progress, f"{'reading the cached' if cached else 'computing the'} "
-                               f"{spec.partition} partition of the neurons into {k} parts")
+                               f"{spec.partition}{how} partition of the neurons into {k} "
+                               "parts")
             self._partitions[key] = make_neuron_partition(
                 self.problem.network, k, spec.partition, seed=spec.seed,
-                nbuckets=spec.nbuckets or 1, epsilon=epsilon, cache=True)
+                nbuckets=spec.nbuckets or 1, epsilon=epsilon, cache=True, inputs=inputs,
+                progress=self._partition_progress() if spec.partition == "hypergraph"
+                else None)
             if spec.partition == "hypergraph" and not cached:
+                made = self._partitions[key]
+                where = (f"; Mt-KaHyPar on layers {made.params['partitioned']}"
+                         if made.params.get("objective") == "traffic" else "")
                 say(self.progress, f"hypergraph partition computed in "
-                                   f"{self._partitions[key].seconds:.1f} s (now cached)")
+                                   f"{made.seconds:.1f} s{where} (now cached)")
         return self._partitions[key]
+
+    def _partition_progress(self):
+        """A ``progress(stage, done, total)`` saying every 30 s how far a hypergraph
+        partition is, with the time left at its pace so far."""
+        state = {"last": time.monotonic(), "start": {}}
+        names = {"sample": "sample rows through the layers",
+                 "mtkahypar": "layers partitioned with Mt-KaHyPar"}
+
+        def report(stage: str, done: int, total: int) -> None:
+            now = time.monotonic()
+            start = state["start"].setdefault(stage, now)
+            if done < total and now - state["last"] < 30:
+                return
+            state["last"] = now
+            left = (now - start) / done * (total - done) if done else float("nan")
+            say(self.progress, f"{names.get(stage, stage)}: {done}/{total}"
+                               + (f", about {left:.0f} s left" if done < total else ""))
+
+        return report
 
     def execute(self, spec: RunSpec, inputs: sp.csr_matrix | None = None) -> RunResult:
         """Run ``spec`` once on the problem's inputs (or ``inputs``), untimed extras aside."""
@@ -156,7 +190,8 @@ class Runner:
             say(self.progress, "cutting (or finding) the partition's per-part slices of the "
                                "store")
         result = executor.run(inputs, partition=part, row_groups=spec.row_groups,
-                              seed=spec.seed, transport=spec.transport)
+                              seed=spec.seed, transport=spec.transport,
+                              forecast=self.forecast)
         self._say_part_weights(executor)
         return result
 

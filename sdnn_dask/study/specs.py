@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from ..registry import (
     NEURON_PARTITIONS,
+    OBJECTIVES,
     PLACEMENTS,
     ROW_PARTITIONS,
     SERIAL_STRATEGIES,
@@ -55,6 +56,10 @@ class RunSpec:
         Seed of the random partitions.
     nbuckets, epsilon
         Buckets of a hash partition; imbalance bound of a hypergraph one.
+    objective
+        What a hypergraph partition minimises: ``traffic`` (default: the bytes a sample of
+        the problem's inputs sends; Mt-KaHyPar on the layers that carry them) or ``km1``
+        (the activation columns sent, every layer partitioned).
     dense_threshold, chunk_bytes
         Kernel settings of this run (default: ``sdnn.kernel.*`` when it runs), e.g.
         ``dense_threshold=2`` for a kernel that never takes the dense step.
@@ -87,6 +92,7 @@ class RunSpec:
     placement: str | None = None
     merge: bool | None = None
     dedup: bool | None = None
+    objective: str | None = None
 
     def __post_init__(self) -> None:
         # Defaults filled in, fields that do not apply cleared: equal runs, equal keys.
@@ -129,7 +135,7 @@ class RunSpec:
             raise StudyError(f"epsilon must be a number >= 0, got {self.epsilon!r}")
         if s in SERIAL_STRATEGIES:
             for name in ("parts", "row_groups", "blocks", "transport", "nbuckets",
-                         "epsilon"):
+                         "epsilon", "objective"):
                 if getattr(self, name) is not None:
                     raise StudyError(f"{name} does not apply to the serial {s} run")
             if self.workers not in (None, 1):
@@ -147,7 +153,7 @@ class RunSpec:
             fix(self, "merge", True if self.merge is None else self.merge)
             fix(self, "placement", choice("placement", self.placement or PLACEMENTS[0],
                                           PLACEMENTS))
-            for name in ("parts", "row_groups", "transport", "epsilon"):
+            for name in ("parts", "row_groups", "transport", "epsilon", "objective"):
                 if getattr(self, name) is not None:
                     raise StudyError(f"{name} does not apply to data parallelism "
                                      "(model and hybrid runs take it)")
@@ -170,22 +176,27 @@ class RunSpec:
             fix(self, "row_groups", 2 if self.row_groups is None else self.row_groups)
         if partition != "hash" and self.nbuckets is not None:
             raise StudyError("nbuckets applies to the hash partition only")
-        if partition != "hypergraph" and self.epsilon is not None:
-            raise StudyError("epsilon applies to the hypergraph partition only")
+        for name in ("epsilon", "objective"):
+            if partition != "hypergraph" and getattr(self, name) is not None:
+                raise StudyError(f"{name} applies to the hypergraph partition only")
         if partition == "hypergraph":
             fix(self, "epsilon", 0.03 if self.epsilon is None else float(self.epsilon))
+            fix(self, "objective", choice("objective", self.objective or OBJECTIVES[0],
+                                          OBJECTIVES))
         if partition not in ("random", "hypergraph") and s == "model":
             fix(self, "seed", 0)
 
     def key(self) -> str:
         """A short stable id of the configuration (its normalised fields, hashed).
 
-        ``dedup`` unset is left out, so the keys of runs recorded before it existed stay
-        what they were (a study from then resumes); set, it is part of the key.
+        ``dedup`` and ``objective`` unset are left out, so the keys of runs recorded before
+        they existed stay what they were (a study from then resumes); set, they are part of
+        the key (a hypergraph run always sets ``objective``: its partition changed).
         """
         fields = dataclasses.asdict(self)
-        if fields["dedup"] is None:
-            del fields["dedup"]
+        for name in ("dedup", "objective"):
+            if fields[name] is None:
+                del fields[name]
         return digest(fields)
 
     @property
@@ -200,6 +211,8 @@ class RunSpec:
             words.append("dynamic")
         if self.merge is False:
             words.append("alone")
+        if self.objective == "km1":
+            words.append("km1")
         extra = [f"{name}={getattr(self, name)}" for name in ("workers", "parts", "blocks")
                  if getattr(self, name) is not None and self.strategy not in
                  SERIAL_STRATEGIES]

@@ -22,6 +22,8 @@ from sdnn_dask.testing import assert_categories, assert_same_result
 
 WORKERS = 2  # the session's LocalCluster
 TRANSPORTS = ["direct", "graph"]
+#: Every neuron partition, and the hypergraph weighted by the inputs' traffic.
+METHODS = [*NEURON_PARTITIONS, "traffic"]
 
 
 class _Reference:
@@ -63,20 +65,26 @@ def executor(client, generated):
 
 @pytest.fixture(scope="module")
 def partitions(generated, tmp_path_factory):
-    """Every method at k = 1..4 (hypergraph partitions cached in a temp folder)."""
+    """Every method at k = 1..4 (hypergraph partitions cached in a temp folder); "traffic"
+    is the hypergraph weighted by the inputs' traffic."""
     cache = tmp_path_factory.mktemp("partitions")
-    net = generated[0]
-    return {(m, k): make_neuron_partition(net, k, m, seed=3, cache=cache)
+    net, inputs, _ = generated
+    made = {(m, k): make_neuron_partition(net, k, m, seed=3, cache=cache)
             for m in NEURON_PARTITIONS for k in (1, 2, 3, 4)}
+    made.update({("traffic", k): make_neuron_partition(net, k, "hypergraph", seed=3,
+                                                       cache=cache, inputs=inputs)
+                 for k in (1, 2, 3, 4)})
+    return made
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("k", [1, 2, 3, 4])
-@pytest.mark.parametrize("method", NEURON_PARTITIONS)
+@pytest.mark.parametrize("method", METHODS)
 def test_equals_reference(executor, generated, partitions, method, k, transport):
     _, inputs, reference = generated
     result = executor.run(inputs, partition=partitions[method, k], transport=transport)
-    assert result.strategy == "model" and result.partition == method
+    assert result.strategy == "model"
+    assert result.partition == ("hypergraph" if method == "traffic" else method)
     assert result.transport == transport and result.params["transport"] == transport
     assert result.parts == k and result.row_groups == 1 and result.n_workers == WORKERS
     assert len(result.blocks) == k
@@ -85,7 +93,7 @@ def test_equals_reference(executor, generated, partitions, method, k, transport)
     assert_matches(result, reference)
 
 
-@pytest.mark.parametrize("method", NEURON_PARTITIONS)
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("threshold", [0.0, 2.0])  # every layer dense / every layer sparse
 def test_in_process_parts_equal_reference(generated, partitions, method, threshold):
     net, inputs, reference = generated
@@ -144,7 +152,8 @@ def _expected_bytes(net, partition, inputs, workers: int) -> dict[int, int]:
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-@pytest.mark.parametrize(("method", "k"), [("block", 2), ("hypergraph", 2), ("random", 4)])
+@pytest.mark.parametrize(("method", "k"), [("block", 2), ("hypergraph", 2), ("random", 4),
+                                           ("traffic", 3)])
 def test_measured_bytes_are_the_pieces_that_crossed_workers(executor, generated, partitions,
                                                             method, k, transport):
     net, inputs, _ = generated

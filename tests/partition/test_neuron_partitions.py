@@ -277,8 +277,8 @@ def test_hypergraph_respects_fixed_rows_and_balance():
 def test_hypergraph_progress_and_trivial_k():
     net = make_network(1024, 3)
     calls = []
-    hypergraph_partition(net, 2, progress=lambda done, total: calls.append((done, total)))
-    assert calls == [(1, 3), (2, 3), (3, 3)]
+    hypergraph_partition(net, 2, progress=lambda *call: calls.append(call))
+    assert calls == [("mtkahypar", 1, 3), ("mtkahypar", 2, 3), ("mtkahypar", 3, 3)]
     assert (hypergraph_partition(net, 1).parts == 0).all()
 
 

@@ -143,7 +143,7 @@ def test_partition_command(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("SDNN_CACHE_DIR", str(tmp_path / "cache"))
     out = tmp_path / "p.npz"
     code = main(["partition", "-L", "6", "-k", "4", "--method", "hypergraph", "--per-layer",
-                 "--out", str(out), "-q"])
+                 "--objective", "km1", "--out", str(out), "-q"])
     text = capsys.readouterr().out
     assert code == 0
     assert "km1" in text and "imbalance" in text and "computed in" in text
@@ -154,6 +154,14 @@ def test_partition_command(tmp_path, capsys, monkeypatch):
     assert NeuronPartition.load(out).k == 4
     code = main(["partition", "-L", "6", "-k", "4", "--method", "block", "-q"])
     assert code == 0 and "km1 " in capsys.readouterr().out
+    # the default objective: weighted by the traffic of the inputs, with its forecast
+    code = main(["partition", "-L", "30", "-n", "1500", "-k", "2", "--sample", "500",
+                 "--forecast", "--per-layer"])
+    captured = capsys.readouterr()
+    assert code == 0
+    assert "traffic-weighted: Mt-KaHyPar on layers 1-" in captured.out
+    assert "forecast: " in captured.out and "predicted_bytes" in captured.out
+    assert "layers partitioned with Mt-KaHyPar: " in captured.err
 
 
 def test_compare_without_the_partition_extra(challenge_folder, tmp_path):

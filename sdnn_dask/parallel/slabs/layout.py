@@ -326,10 +326,14 @@ def take_columns(slab: Slab, positions: np.ndarray, *, label: bool = False) -> S
     dropped; carries no trace. ``label`` records ``positions`` in the piece
     (:attr:`Slab.columns`), for pieces that serve several parts.
 
-    A piece cut from a tile is a tile if at least half its entries are nonzero (then it
-    is the smaller form), else a :class:`BlockCSC`.
+    A piece is a tile if at least half its entries are nonzero (then it is the smaller
+    form: 4 bytes an entry against 8 a nonzero and 8 a column per block), else a
+    :class:`BlockCSC`, whichever form the slab has: the one saturated row the deep layers
+    carry once identical rows are merged moves as 4 bytes a column, not 16.
     """
     if len(positions) == slab.n_columns and not label:  # every column: nothing to cut
+        if slab.tile is None and _dense_enough(slab.blocks, len(slab.rows)):
+            return Slab(slab.rows, tile=_blocks_tile(slab.blocks, len(slab.rows)))
         return Slab(slab.rows, blocks=slab.blocks, tile=slab.tile, tile_nnz=slab.tile_nnz)
     positions = np.ascontiguousarray(positions, dtype=np.int64)
     if slab.tile is not None:
@@ -339,10 +343,32 @@ def take_columns(slab: Slab, positions: np.ndarray, *, label: bool = False) -> S
         starts, indices, data, bounds, kept = _take_block_columns(
             v.starts, v.indices, v.data, v.block_rows, positions, len(slab.rows))
         rows = slab.rows if len(kept) == len(slab.rows) else slab.rows[kept]
-        piece = Slab(rows, blocks=BlockCSC(indices, data, starts, bounds))
+        blocks = BlockCSC(indices, data, starts, bounds)
+        piece = (Slab(rows, tile=_blocks_tile(blocks, len(rows)), tile_nnz=blocks.nnz)
+                 if _dense_enough(blocks, len(rows)) else Slab(rows, blocks=blocks))
     if label:
         piece.columns = positions.astype(np.int32)
     return piece
+
+
+def _dense_enough(blocks: BlockCSC, n_rows: int) -> bool:
+    """Whether a tile of these values is no larger than the blocks (half full or more)."""
+    return n_rows > 0 and 2 * blocks.nnz >= blocks.shape[1] * n_rows
+
+
+def _blocks_tile(blocks: BlockCSC, n_rows: int) -> np.ndarray:
+    """``blocks`` as a ``columns x n_rows`` float32 tile."""
+    return _fill_from_blocks(blocks.starts, blocks.indices, blocks.data,
+                             np.zeros((blocks.shape[1], n_rows), np.float32))
+
+
+@numba.njit(nogil=True, cache=True)
+def _fill_from_blocks(starts, indices, data, tile):  # pragma: no cover - compiled
+    for b in range(starts.shape[0]):
+        for j in range(starts.shape[1] - 1):
+            for p in range(starts[b, j], starts[b, j + 1]):
+                tile[j, indices[p]] = data[p]
+    return tile
 
 
 def _tile_piece(rows: np.ndarray, tile: np.ndarray, positions: np.ndarray) -> Slab:

@@ -12,9 +12,10 @@ computed and exchanged, and :func:`~.step.assemble` expands them at the end. Exa
 serial kernel's deduplication (:mod:`sdnn_dask.core.kernels.dedup`): the same bits.
 
 :class:`PartRows` holds one part's groups, the multiplicity of every row (for the live
-row counts in the trace) and when to look (:func:`look_due`: every :data:`LOOK_EVERY`
-layers from layer :data:`FIRST_LOOK` on), the same for every part of a group (they must
-meet), and no more once a look leaves a single distinct row. Knows nothing of Dask.
+row counts in the trace) and when to look
+(:func:`~sdnn_dask.core.kernels.dedup.look_due`: every ``LOOK_EVERY`` layers from layer
+``FIRST_LOOK`` on), the same for every part of a group (they must meet), and no more once
+a look leaves a single distinct row. Knows nothing of Dask.
 """
 
 from __future__ import annotations
@@ -32,20 +33,9 @@ from ...core.kernels.dedup import (
     equal_rows,
     hash_block_csc,
     hash_dense_t,
+    look_due,
 )
 from .layout import BLOCK_ROWS, BlockCSC, Slab, csr_to_blocks
-
-#: Layers between two looks, and the first layer looked after.
-LOOK_EVERY = 4
-FIRST_LOOK = 8
-
-
-def look_due(layer: int, n_layers: int, every: int = LOOK_EVERY) -> bool:
-    """Whether the parts of a row group look for identical rows after ``layer``
-    (1-based): every ``every``-th layer from layer 8 on, never after the last. Not
-    before: the first layers hold nearly every input row, all distinct on the
-    challenge's inputs, and looks there made a 1024-120 x 60000 run 30% slower."""
-    return FIRST_LOOK <= layer < n_layers and layer % every == 0
 
 
 def label_rows(slab: Slab) -> np.ndarray:
