@@ -24,7 +24,7 @@ def format_cell(value: object, column: str) -> str:
             return f"{value:.3f}"
         if column in ("predicted_volume", "parts"):
             return f"{value:,.0f}"
-        if column in ("mb_moved",):
+        if column in ("mb_moved", "mb_predicted"):
             return f"{value:.1f}"
         return f"{value:.2f}"
     return str(value)

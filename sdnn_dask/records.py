@@ -31,6 +31,8 @@ transport           how model/hybrid parts exchanged pieces: ``direct`` (worker 
 seed                seed of the random partitions (and of a generated problem's data)
 nbuckets, epsilon   buckets of a hash partition; imbalance bound of a hypergraph one
                     (empty where they do not apply)
+objective           what a hypergraph partition minimised: ``traffic`` (the bytes a sample
+                    of the inputs sends) or ``km1`` (activation columns); else empty
 dense_threshold,    the kernel settings the run's tasks used (``sdnn.kernel.*``, read on
 chunk_bytes,        the client); ``chunk_min_rows`` is empty in records made before the
 chunk_min_rows      minimum existed (their chunks were ``chunk_bytes`` alone)
@@ -48,6 +50,9 @@ store_bytes_read    a run on a store: bytes the worker read in the run (data par
                     store's files; a part: its slice of them, cut beside the store), else
                     empty; per worker, so repeated on a worker's blocks
 peak_rss_bytes      a run on a store: the worker process's peak resident memory so far
+bytes_in            model/hybrid: bytes of the pieces the block (a part) received, over the
+                    layers (a piece for several parts of a worker counts for the first)
+predicted_bytes_in  the same, forecast before the run (where a study asked for it)
 bytes_moved         bytes of the pieces moved between workers in the run, counted by the
                     direct transport or read from Dask's transfer logs (graph) (model/hybrid;
                     empty where not measured)
@@ -130,11 +135,13 @@ RUN_DTYPES: dict[str, str] = {
     "row_partition": _TEXT, "network": _TEXT, "neurons": _INT, "layers": _INT,
     "edges": _INT, "inputs": _INT, "workers": _INT, "blocks": _INT, "parts": _INT,
     "row_groups": _INT, "transport": _TEXT, "seed": _INT, "nbuckets": _INT,
-    "epsilon": _FLOAT, "dense_threshold": _FLOAT, "chunk_bytes": _INT, "chunk_min_rows": _INT,
+    "epsilon": _FLOAT, "objective": _TEXT, "dense_threshold": _FLOAT, "chunk_bytes": _INT,
+    "chunk_min_rows": _INT,
     "dedup": _TEXT, "block": _INT,
     "worker": _TEXT, "rows": _INT, "survivors": _INT, "row_layers": _INT, "compute_s": _FLOAT,
     "weight_bytes": _FLOAT, "store_bytes_read": _FLOAT, "peak_rss_bytes": _FLOAT,
-    "wall_s": _FLOAT, "edges_per_s": _FLOAT, "imbalance": _FLOAT,
+    "bytes_in": _FLOAT, "predicted_bytes_in": _FLOAT, "wall_s": _FLOAT,
+    "edges_per_s": _FLOAT, "imbalance": _FLOAT,
     "survivor_imbalance": _FLOAT, "work_imbalance": _FLOAT, "placement": _TEXT,
     "merge_blocks": _TEXT, "weights": _TEXT,
     "bytes_moved": _FLOAT, "predicted_volume": _FLOAT, "predicted_bytes": _FLOAT,
@@ -154,7 +161,8 @@ RUN_COLUMNS = list(RUN_DTYPES)
 LAYER_COLUMNS = list(LAYER_DTYPES)
 #: Run-level columns: the same on every block row of a run.
 BLOCK_LEVEL = ("block", "worker", "rows", "survivors", "row_layers", "compute_s",
-               "weight_bytes", "store_bytes_read", "peak_rss_bytes")
+               "weight_bytes", "store_bytes_read", "peak_rss_bytes", "bytes_in",
+               "predicted_bytes_in")
 RUN_LEVEL = [c for c in RUN_COLUMNS if c not in BLOCK_LEVEL]
 RECORDS_FILE = "records.csv"
 LAYERS_FILE = "layers.csv"
@@ -216,6 +224,9 @@ def run_records(
     frame = blocks[["block", "worker", "rows", "survivors", "compute_s"]].copy()
     for column in ("weight_bytes", "store_bytes_read", "peak_rss_bytes"):
         frame[column] = blocks[column] if column in blocks else np.nan
+    for column in ("bytes_in", "predicted_bytes_in"):  # a part's, over the layers
+        frame[column] = (frame["block"].map(result.layers.groupby("block")[column].sum())
+                         if column in result.layers else np.nan)
     # the work a block actually did: its live rows, summed over the layers
     if "rows_in" in result.layers and result.layers["rows_in"].notna().any():
         done = result.layers.groupby("block")["rows_in"].sum()
@@ -249,6 +260,7 @@ def run_records(
         "seed": seed,
         "nbuckets": params.get("nbuckets"),
         "epsilon": params.get("epsilon"),
+        "objective": params.get("objective", ""),
         # the reference recurrence has no kernel settings
         "dense_threshold": None if result.strategy == "reference" else kernel.dense_threshold,
         "chunk_bytes": None if result.strategy == "reference" else kernel.chunk_bytes,

@@ -61,7 +61,10 @@ HEADERS = {
     "repeats": "repeats", "seconds": "seconds: median (min–max)", "edges_per_s": "edges/s",
     "speedup": "× reference", "vs_kernel": "× kernel", "vs_data": "× data",
     "imbalance": "imbalance", "survivor_imbalance": "survivor imbalance",
-    "mb_moved": "MB moved", "predicted_volume": "predicted volume (km1)",
+    "mb_moved": "MB moved", "mb_predicted": "MB forecast",
+    "predicted_volume": "predicted volume (km1)", "objective": "hypergraph objective",
+    "gb_predicted": "GB forecast", "gb_worker_in": "GB into a worker",
+    "gb_worker_forecast": "GB into a worker, forecast",
     "check": "check", "network": "network", "rows": "rows", "measured_s": "measured (s)",
     "projected_s": "projected (s)", "error_pct": "error", "held_out": "held out",
     "weights": "weights", "row_groups": "row groups", "weight_gb": "weights a worker (GB)",
@@ -71,7 +74,7 @@ HEADERS = {
     "dense threshold", "chunk_bytes": "dense tile (bytes)", "merge_blocks": "blocks merged",
 }
 _TEXT_COLUMNS = {"strategy", "partition", "row_partition", "transport", "check", "network",
-                 "held_out", "weights", "dedup", "placement", "merge_blocks"}
+                 "held_out", "weights", "dedup", "placement", "merge_blocks", "objective"}
 
 
 @dataclass

@@ -4,7 +4,8 @@ Model parallelism's reason to exist at the large networks: a data-parallel worke
 (or reads) the whole network, a model-parallel part only its slice, and pays instead in
 activations exchanged every layer. :func:`memory_table` puts the three side by side per
 configuration of a study run on a network store (the records' ``weight_bytes``,
-``store_bytes_read`` and ``peak_rss_bytes``, per worker, beside ``bytes_moved``), and
+``store_bytes_read`` and ``peak_rss_bytes``, per worker, beside ``bytes_moved``, the bytes
+the most receiving worker took in, and the forecast of both made before the run), and
 :func:`memory_headline` says in a sentence when model parallelism wins and when it loses.
 """
 
@@ -17,7 +18,8 @@ from .tables import CONFIG, latest_runs, sort_configurations
 #: The table's columns after the configuration's, in order.
 MEMORY_COLUMNS = ["strategy", "partition", "row_partition", "transport", "weights",
                   "workers", "parts", "row_groups", "seconds", "weight_gb", "peak_gb",
-                  "read_gb", "read_share", "gb_moved"]
+                  "read_gb", "read_share", "gb_moved", "gb_predicted", "gb_worker_in",
+                  "gb_worker_forecast"]
 
 #: What the table's columns mean.
 MEMORY_NOTES = {
@@ -29,6 +31,10 @@ MEMORY_NOTES = {
     "read_share": "read_gb against what a data-parallel worker streaming the weights read "
                   "in the same problem (the whole store)",
     "gb_moved": "GB of activations moved between workers (model and hybrid)",
+    "gb_predicted": "the same, forecast before the run from a sample of the inputs "
+                    "(sdnn_dask.parallel.exchange_forecast)",
+    "gb_worker_in": "GB the most receiving worker took in (its parts' pieces)",
+    "gb_worker_forecast": "the same worker's, forecast",
 }
 
 
@@ -43,23 +49,35 @@ def memory_table(records: pd.DataFrame) -> pd.DataFrame:
     if rows.empty:
         return pd.DataFrame(columns=["network", "inputs", *MEMORY_COLUMNS])
     # a worker's figures repeat on each of its blocks: one per (run, worker), then its max
+    for column in ("bytes_in", "predicted_bytes_in"):  # records made before they existed
+        if column not in rows:
+            rows = rows.assign(**{column: float("nan")})
     per_worker = rows.groupby(["run_id", "worker"]).agg(
         weight=("weight_bytes", "max"), peak=("peak_rss_bytes", "max"),
-        read=("store_bytes_read", "max")).reset_index()
-    per_run = per_worker.groupby("run_id")[["weight", "peak", "read"]].max()
+        read=("store_bytes_read", "max"), into=("bytes_in", lambda v: v.sum(min_count=1)),
+        forecast=("predicted_bytes_in", lambda v: v.sum(min_count=1))).reset_index()
+    # the most receiving worker, and the forecast for that same worker
+    top = per_worker.sort_values("into", ascending=False).drop_duplicates("run_id")
+    per_run = per_worker.groupby("run_id")[["weight", "peak", "read"]].max().join(
+        top.set_index("run_id")[["into", "forecast"]])
     runs = table.set_index("run_id").join(per_run, how="inner").reset_index()
     grouped = runs.groupby(CONFIG, sort=False, dropna=False)
     out = grouped.agg(seconds=("wall_s", "median"),
                       weight_gb=("weight", lambda v: v.median() / 1e9),
                       peak_gb=("peak", lambda v: v.median() / 1e9),
                       read_gb=("read", lambda v: v.median() / 1e9),
-                      gb_moved=("bytes_moved", lambda v: v.median() / 1e9)).reset_index()
+                      gb_moved=("bytes_moved", lambda v: v.median() / 1e9),
+                      gb_predicted=("predicted_bytes", lambda v: v.median() / 1e9),
+                      gb_worker_in=("into", lambda v: v.median() / 1e9),
+                      gb_worker_forecast=("forecast", lambda v: v.median() / 1e9),
+                      ).reset_index()
     streamed = out[(out["strategy"].astype(str) == "data")
                    & (out["weights"].astype(str) == "streamed")]
     whole = streamed.groupby(["network", "inputs"])["read_gb"].max().rename("_whole")
     out = out.merge(whole.reset_index(), on=["network", "inputs"], how="left")
     out["read_share"] = out["read_gb"] / out["_whole"]
-    out["gb_moved"] = out["gb_moved"].where(out["strategy"].astype(str) != "data")
+    for column in ("gb_moved", "gb_predicted", "gb_worker_in", "gb_worker_forecast"):
+        out[column] = out[column].where(out["strategy"].astype(str) != "data")
     return sort_configurations(out[["network", "inputs", *MEMORY_COLUMNS]])
 
 

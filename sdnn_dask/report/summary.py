@@ -33,9 +33,9 @@ from .tables import (
 #: The comparison columns the reports show, in order.
 SHOWN = ["strategy", "partition", "row_partition", "transport", "placement",
          "merge_blocks", "weights", "workers", "blocks", "parts", "seed", "nbuckets",
-         "epsilon", "dense_threshold", "chunk_bytes", "dedup", "repeats", "seconds",
-         "edges_per_s", "speedup", "vs_kernel", "vs_data", "imbalance", "survivor_imbalance",
-         "mb_moved", "predicted_volume", "check"]
+         "epsilon", "objective", "dense_threshold", "chunk_bytes", "dedup", "repeats",
+         "seconds", "edges_per_s", "speedup", "vs_kernel", "vs_data", "imbalance",
+         "survivor_imbalance", "mb_moved", "mb_predicted", "predicted_volume", "check"]
 
 #: What each column of the comparison means (the reports' legend).
 COLUMN_NOTES = {
@@ -54,6 +54,10 @@ COLUMN_NOTES = {
                           "in their own columns)",
     "mb_moved": "MB of activation pieces moved between workers (model and hybrid; counted "
                 "by the direct transport, or from Dask's transfer logs for the graph one)",
+    "mb_predicted": "MB forecast before the run from a sample of its inputs (model and "
+                    "hybrid in a study; sdnn_dask.parallel.exchange_forecast)",
+    "objective": "what the hypergraph partition minimised: traffic (bytes a sample of the "
+                 "inputs sends) or km1 (activation columns) (shown when runs differ)",
     "predicted_volume": "the neuron partition's km1: activation columns sent between parts, "
                         "summed over layers and row groups",
     "transport": "how parts exchanged pieces: direct (worker to worker) or graph (a Dask "

@@ -25,11 +25,12 @@ from ..records import RUN_DTYPES, RUN_LEVEL, typed
 #: What identifies a configuration: repeats of one configuration are pooled.
 CONFIG = ["network", "inputs", "strategy", "partition", "row_partition", "transport",
           "workers", "blocks", "parts", "row_groups", "seed", "nbuckets", "epsilon",
-          "dense_threshold", "chunk_bytes", "dedup", "placement", "merge_blocks", "weights"]
+          "objective", "dense_threshold", "chunk_bytes", "dedup", "placement", "merge_blocks",
+          "weights"]
 #: The run settings of :data:`CONFIG` a table shows only where its rows differ in them
 #: (:func:`varying`): otherwise every row has the same, the default, and it goes unsaid.
-SETTINGS = ("row_partition", "seed", "nbuckets", "epsilon", "dense_threshold", "chunk_bytes",
-            "dedup", "placement", "merge_blocks", "weights")
+SETTINGS = ("row_partition", "seed", "nbuckets", "epsilon", "objective", "dense_threshold",
+            "chunk_bytes", "dedup", "placement", "merge_blocks", "weights")
 #: What identifies a problem: the ratios of :func:`comparison` stay within one.
 PROBLEM = ["network", "inputs"]
 #: The order strategies and partitions are listed and drawn in.
@@ -135,11 +136,13 @@ def comparison(records: pd.DataFrame, baseline: str = "reference") -> pd.DataFra
     pandas.DataFrame
         :data:`CONFIG`, then ``repeats, seconds, seconds_min, seconds_max, edges_per_s,
         speedup, vs_kernel, vs_data, imbalance, survivor_imbalance, work_imbalance,
-        max_block_s, mb_moved, predicted_volume, check, neurons, layers, edges``, sorted by
+        max_block_s, mb_moved, mb_predicted, predicted_volume, check, neurons, layers,
+        edges``, sorted by
         :func:`sort_configurations`. ``seconds`` and ``edges_per_s`` are medians over the
         repeats, ``seconds_min`` and ``seconds_max`` the fastest and slowest repeat's
         seconds (:func:`with_spread` shows them beside the median); ``mb_moved`` the
-        median of the bytes moved between workers (model and hybrid runs), in MB;
+        median of the bytes moved between workers (model and hybrid runs), in MB, and
+        ``mb_predicted`` the bytes forecast before the run;
         ``check`` is ``PASS`` only if every repeat passed.
 
         ``vs_data`` is the data-parallelism ratio: the median seconds of the fastest
@@ -161,6 +164,7 @@ def comparison(records: pd.DataFrame, baseline: str = "reference") -> pd.DataFra
         work_imbalance=("work_imbalance", "median"),
         max_block_s=("max_block_s", "median"),
         mb_moved=("bytes_moved", lambda b: b.median() / 1e6),
+        mb_predicted=("predicted_bytes", lambda b: b.median() / 1e6),
         predicted_volume=("predicted_volume", "first"),
         check=("check", lambda c: "PASS" if (c == "PASS").all() else "FAIL"),
         neurons=("neurons", "first"),
@@ -175,8 +179,8 @@ def comparison(records: pd.DataFrame, baseline: str = "reference") -> pd.DataFra
         / out["seconds"]
     columns = [*CONFIG, "repeats", "seconds", "seconds_min", "seconds_max", "edges_per_s",
                "speedup", "vs_kernel", "vs_data", "imbalance", "survivor_imbalance",
-               "work_imbalance", "max_block_s", "mb_moved", "predicted_volume", "check",
-               "neurons", "layers", "edges"]
+               "work_imbalance", "max_block_s", "mb_moved", "mb_predicted", "predicted_volume",
+               "check", "neurons", "layers", "edges"]
     return sort_configurations(out[columns])
 
 

@@ -22,6 +22,13 @@ from sdnn_dask.partition.hypergraph import (
     network_digest,
     partition_columns,
 )
+from sdnn_dask.partition.level_mix import (
+    FIXED_CANDIDATES,
+    LevelMix,
+    cut_traffic,
+    describe,
+    fixed_rows,
+)
 from sdnn_dask.partition.traffic import (
     SampledForward,
     SampledLevel,
@@ -191,3 +198,48 @@ def test_digests_follow_what_they_depend_on(small):
     y = x.copy()
     y.data[0] = 2.0
     assert inputs_digest(x) != inputs_digest(y)
+
+
+def test_the_cheapest_mix_of_candidates_level_by_level():
+    mix = LevelMix(("a", "b"))
+    w = sp.identity(2, format="csr")
+    # costs are given directly: a stays cheap until layer 3, where only b is free
+    for cost in ([[0, 5], [5, 5]], [[1, 5], [5, 0]], [[9, 4], [9, 0]], [[0, 9], [9, 0]]):
+        mix.costs.append(np.array(cost, float))
+    path, cost = mix.choose()
+    assert path == [0, 0, 0, 1, 1] and cost == 1 + 4 + 0
+    assert mix.cost_of([0] * 5) == 10 and mix.cost_of(path) == cost
+    assert describe(mix.names, path) == "a 0-2, b 3-4"
+    # a carried layer keeps every candidate's own parts, at no cost
+    mix.add_layer(w, [np.zeros(2)] * 2, [np.zeros(2)] * 2, 2, None)
+    assert mix.costs[-1].tolist() == [[0, np.inf], [np.inf, 0]]
+    # a candidate too unbalanced for a layer is never chosen for its columns
+    mix.add_layer(w, [np.array([0, 1])] * 2, [np.array([0, 1]), np.array([0, 0])], 2,
+                  np.ones(2), allowed=[True, False])
+    assert np.isinf(mix.costs[-1][:, 1]).all()
+
+
+def test_cut_traffic_counts_the_crossing_nets():
+    w = sp.csr_matrix(np.array([[1, 1, 0], [0, 1, 1], [1, 0, 0]], dtype=np.float32))
+    columns, owners = np.array([0, 0, 1]), np.array([0, 1, 1])
+    # row 0: owner 0, columns 0,1 (part 0): 1 part; row 1: owner 1, parts 0,1: 2 parts;
+    # row 2: owner 1, column 0 (part 0): 2 parts
+    assert cut_traffic(w, owners, columns, 2, np.array([5.0, 3.0, 2.0])) == 3 + 2
+    rows = fixed_rows(1024, 4)
+    assert set(rows) == set(FIXED_CANDIDATES)
+    assert all(np.bincount(r).tolist() == [256] * 4 for r in rows.values())
+
+
+@needs_mtkahypar
+def test_the_mix_never_costs_more_than_layer_by_layer(small):
+    net, x = small
+    part = hypergraph_partition(net, 2, inputs=x, traffic=TrafficSettings(sample=600))
+    params = part.params
+    assert params["cut_traffic"] <= params["cut_traffic_layer_by_layer"]
+    assert params["levels"].startswith(("hypergraph 0", "hash 0", "block 0"))
+    # the chosen levels are what the partition holds, and its cost is what it cuts
+    profile = TrafficProfile.measure(net, x, sample=600)
+    cut = sum(cut_traffic(w, part.parts[layer - 1], part.parts[layer], 2,
+                          profile.weights[layer])
+              for layer, w in enumerate(net.layers, start=1) if layer in profile.weights)
+    assert cut == pytest.approx(params["cut_traffic"], rel=1e-6, abs=1)
