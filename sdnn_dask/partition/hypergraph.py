@@ -49,7 +49,7 @@ import scipy.sparse as sp
 
 from .. import config
 from ..data.streaming import StreamedNetwork
-from .level_mix import FIXED_CANDIDATES, LevelMix, describe, fixed_rows
+from .level_mix import LevelMix, describe, fixed_rows
 from .neurons import NeuronPartition, blocks_of, connectivity
 from .traffic import DEFAULT_MIN_SHARE, DEFAULT_SAMPLE, TrafficProfile, inputs_digest
 
@@ -494,7 +494,7 @@ def _heavy_layers(network: Network, k: int, epsilon: float, seed: int,
         parts[:] = blocks_of(np.arange(n), n, k)
         return parts, {}
     fixed = fixed_rows(n, k)
-    mix = LevelMix(("hypergraph", *FIXED_CANDIDATES))
+    mix = LevelMix(("hypergraph", *fixed))
     done = 0
     for layer, w in enumerate(network.layers, start=1):
         if layer > last:

@@ -23,16 +23,25 @@ import scipy.sparse as sp
 from .hashing import bucket_hash
 from .neurons import blocks_of, connectivity
 
-#: The candidates besides the layer-by-layer hypergraph, each one row for every level.
-FIXED_CANDIDATES = ("hash", "block")
+#: The candidates besides the layer-by-layer hypergraph, each one row for every level:
+#: layer hashing, contiguous blocks, and the residues of the neuron id modulo 8 and 32 in
+#: contiguous blocks (aligned with more of RadiX-Net's shifts than hashing's 128 buckets,
+#: so the switch from the hypergraph can fall on a lighter layer).
+FIXED_CANDIDATES = ("hash", "block", "residue-8", "residue-32")
 
 
 def fixed_rows(n_neurons: int, k: int) -> dict[str, np.ndarray]:
-    """Layer hashing's and contiguous blocks' part of every neuron (the same at every
-    level)."""
+    """The part of every neuron in each of :data:`FIXED_CANDIDATES` (the same at every
+    level); a residue candidate with fewer residues than parts, or no fewer than the
+    neurons, is left out."""
     ids = np.arange(n_neurons, dtype=np.int64)
-    return {"hash": blocks_of(bucket_hash(ids, n_neurons, 1), n_neurons, k),
+    rows = {"hash": blocks_of(bucket_hash(ids, n_neurons, 1), n_neurons, k),
             "block": blocks_of(ids, n_neurons, k)}
+    for residues in (8, 32):
+        if k <= residues < n_neurons and n_neurons % residues == 0:
+            position = (ids % residues) * (n_neurons // residues) + ids // residues
+            rows[f"residue-{residues}"] = blocks_of(position, n_neurons, k)
+    return rows
 
 
 def cut_traffic(w: sp.csr_matrix, owners: np.ndarray, columns: np.ndarray, k: int,

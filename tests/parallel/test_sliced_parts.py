@@ -313,7 +313,8 @@ def test_the_report_shows_memory_and_store_reads_per_worker(client, net, held, i
     from sdnn_dask.report.summary import summary_markdown
 
     data = DataParallelExecutor(client, held, weights="streamed").run(inputs)
-    model = ModelParallelExecutor(client, held, weights="streamed").run(inputs, k=2)
+    model = ModelParallelExecutor(client, held, weights="streamed").run(inputs, k=2,
+                                                                       forecast=True)
     records = pd.concat([run_records(r, study="memory", check="PASS", spec=r.strategy)
                          for r in (data, model)], ignore_index=True)
     table = memory_table(records)
@@ -325,6 +326,13 @@ def test_the_report_shows_memory_and_store_reads_per_worker(client, net, held, i
     # a part reads its slice: about half the store's nonzeros, at two bytes each
     assert 0.4 < by.loc["model", "read_share"] < 0.7
     assert by.loc["model", "gb_moved"] > 0 and pd.isna(by.loc["data", "gb_moved"])
+    # each worker's intake and the whole, beside their forecast (every row sampled here)
+    assert 0 < by.loc["model", "gb_worker_in"] < by.loc["model", "gb_moved"]
+    assert by.loc["model", "gb_predicted"] == pytest.approx(by.loc["model", "gb_moved"],
+                                                            rel=0.02)
+    assert by.loc["model", "gb_worker_forecast"] == pytest.approx(
+        by.loc["model", "gb_worker_in"], rel=0.05)
+    assert pd.isna(by.loc["data", "gb_worker_in"])
     said = memory_headline(table)
     assert said.startswith("model block k = 2 (streamed) peaks at") and "moves" in said
     page = html_report(records, pd.DataFrame())

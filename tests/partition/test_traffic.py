@@ -228,6 +228,8 @@ def test_cut_traffic_counts_the_crossing_nets():
     rows = fixed_rows(1024, 4)
     assert set(rows) == set(FIXED_CANDIDATES)
     assert all(np.bincount(r).tolist() == [256] * 4 for r in rows.values())
+    assert (rows["residue-8"] == (np.arange(1024) % 8) // 2).all()  # two residues a part
+    assert set(fixed_rows(1024, 16)) == {"hash", "block", "residue-32"}
 
 
 @needs_mtkahypar
