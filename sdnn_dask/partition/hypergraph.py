@@ -29,6 +29,12 @@ What Mt-KaHyPar 1.7 (PyPI ``mtkahypar``) needs, found by trying it and reading i
   seed the Python API does not expose); so ``seed`` relabels the vertices and orders the
   nets by a seeded permutation before they reach Mt-KaHyPar;
 * ``initialize`` sets up a process-wide thread pool once; a second call only warns.
+
+Weighted by traffic (:func:`hypergraph_partition` given the inputs): the nets weigh the
+nonzeros a sample of the inputs sends through them (:mod:`~.traffic`), Mt-KaHyPar runs
+on the layers that carry traffic only, and the levels then take the cheapest mix of its
+parts and a few fixed candidates (:mod:`~.level_mix`); docs/model-parallelism.md has the
+costs and the bytes saved.
 """
 
 from __future__ import annotations
