@@ -177,10 +177,12 @@ def _expected_communication(net, partition, ys, workers: int) -> dict[int, dict[
 
     Part ``p`` runs on worker ``p % workers``. A source sends each other worker one piece:
     the union of the columns its parts there read, with the rows that hold a nonzero in
-    them. At these sizes (at most 256 rows, under half the entries nonzero) a piece is one
-    block of column-major runs: int64 row ids, int32 row and float32 value per nonzero,
-    int64 run starts per column plus one, two int64 block bounds, and, when it serves
-    several parts, their int32 column positions (``sdnn_dask.parallel.slabs.BlockCSC``).
+    them. At these sizes (at most 256 rows, under half the entries nonzero) a sparse piece
+    is one block of column-major runs: int64 row ids, int32 row and float32 value per
+    nonzero, int64 run starts per column plus one, two int64 block bounds
+    (``sdnn_dask.parallel.slabs.BlockCSC``); a piece at least half full is a float32
+    tile, 4 bytes an entry, beside its row ids. When it serves several parts, their int32
+    column positions too.
     """
     parts = partition.parts
     expected = {}
@@ -210,8 +212,9 @@ def _expected_communication(net, partition, ys, workers: int) -> dict[int, dict[
                 block = y[:, cols]
                 rows, nnz = np.count_nonzero(block.any(axis=1)), np.count_nonzero(block)
                 labels = 4 * len(cols) if len(served) > 1 else 0
-                totals["bytes_moved"] += int(8 * rows + 8 * nnz + 8 * (len(cols) + 1) + 16
-                                             + labels)
+                values = (4 * len(cols) * rows if rows and 2 * nnz >= len(cols) * rows
+                          else 8 * nnz + 8 * (len(cols) + 1) + 16)
+                totals["bytes_moved"] += int(8 * rows + values + labels)
         expected[layer] = totals
     return expected
 
