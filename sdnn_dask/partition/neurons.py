@@ -225,8 +225,9 @@ class NeuronPartition:
         """``(L, k)`` multiply-adds per part and layer: nonzeros of the columns it owns."""
         self._check_network(network)
         out = np.empty((network.n_layers, self.k), dtype=np.int64)
-        for layer, wt in enumerate(network.transposed, start=1):
-            column_nnz = np.diff(wt.indptr)
+        # from the layers themselves, one at a time: a store's network streams them
+        for layer, w in enumerate(network.layers, start=1):
+            column_nnz = np.bincount(w.indices, minlength=w.shape[1])
             out[layer - 1] = np.bincount(self.parts[layer], weights=column_nnz,
                                          minlength=self.k)
         return out

@@ -371,3 +371,17 @@ def test_readers_at_different_layers_share_a_streamed_part(net, held):
         thread.join(20)
     one_pass = sum(part.layers._files.layer_bytes(k) for k in range(1, L + 1))
     assert part.bytes_read <= one_pass * 1.5  # the leader's first layers, once more
+
+
+def test_a_partition_measures_a_stores_network_as_its_layers_in_memory(net, held):
+    """Volume, work and balance stream a store's layers; a traffic-weighted hypergraph is
+    keyed by the store's manifest, so the same partition comes back for it."""
+    part = make_neuron_partition(net, 3, "random", seed=2)
+    np.testing.assert_array_equal(part.work(held), part.work(net))
+    np.testing.assert_array_equal(part.imbalance(held), part.imbalance(net))
+    assert part.volume(held).equals(part.volume(net))
+    from sdnn_dask.partition.hypergraph import network_digest
+
+    assert network_digest(held) == network_digest(StreamedNetwork(held.store.folder))
+    assert network_digest(held) != network_digest(StreamedNetwork(held.store.folder,
+                                                                  n_layers=L - 1))
