@@ -66,7 +66,8 @@ def cmd_partition(args: argparse.Namespace) -> int:
     if part.params.get("objective") == "traffic":
         print(f"traffic-weighted: Mt-KaHyPar on layers {part.params['partitioned']}, the "
               f"other layers carry the previous level's parts forward (sample of "
-              f"{part.params['traffic_sample']} rows, {part.params['sample_seconds']:.1f} s)")
+              f"{part.params['traffic_sample']} rows, {part.params['sample_seconds']:.1f} s); "
+              f"levels: {part.params.get('levels', '')}")
     if args.forecast:
         print(f"forecast: {table['predicted_bytes'].sum() / 1e6:,.1f} MB moved between "
               f"{args.k} workers for {inputs.shape[0]} input rows")
