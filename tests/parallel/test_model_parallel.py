@@ -77,9 +77,11 @@ def partitions(generated, tmp_path_factory):
     return made
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
-@pytest.mark.parametrize("k", [1, 2, 3, 4])
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize(
+    ("method", "k", "transport"),
+    [(m, k, t) for m in METHODS for k in (1, 2, 3, 4) for t in TRANSPORTS
+     # the traffic partition is one more partition to the graph transport: one k will do
+     if not (m == "traffic" and t == "graph" and k != 2)])
 def test_equals_reference(executor, generated, partitions, method, k, transport):
     _, inputs, reference = generated
     result = executor.run(inputs, partition=partitions[method, k], transport=transport)

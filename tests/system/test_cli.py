@@ -200,17 +200,21 @@ def test_a_cached_partition_says_so_and_a_long_one_shows_progress(tmp_path, caps
                                                                  monkeypatch):
     pytest.importorskip("mtkahypar", reason="needs the partition extra")
     monkeypatch.setenv("SDNN_CACHE_DIR", str(tmp_path / "cache"))
-    command = ["partition", "-L", "4", "-k", "2", "--method", "hypergraph"]
+    command = ["partition", "-L", "4", "-n", "2000", "-k", "2", "--method", "hypergraph"]
     assert main(command) == 0
     first = capsys.readouterr()
-    assert "layers partitioned: 4/4" in first.err
-    assert "partitioning the neurons of radixnet-1024-4-s0 into 2 parts (hypergraph): done in" \
-        in first.err
+    assert "sample rows through the layers: 4/4" in first.err
+    assert "layers partitioned with Mt-KaHyPar: 4/4" in first.err
+    assert ("partitioning the neurons of radixnet-1024-4-s0 into 2 parts (hypergraph, "
+            "traffic): done in") in first.err
     assert main(command) == 0
     second = capsys.readouterr()
     assert "reading the cached partition" in second.err
-    assert "(hypergraph): done in" not in second.err  # not "done in 0.0 s" for a cache read
+    assert "traffic): done in" not in second.err  # not "done in 0.0 s" for a cache read
     assert "read from the cache (computed in" in second.out
+    # other inputs, other traffic: not the cached partition
+    assert main([*command[:3], "-n", "1500", *command[5:]]) == 0
+    assert "reading the cached partition" not in capsys.readouterr().err
 
 
 def _options():
