@@ -6,6 +6,7 @@ inputs would move.
 from __future__ import annotations
 
 import argparse
+from contextlib import nullcontext
 
 from ..formatting import to_text
 from .common import Progress, UsageError, load_network, load_problem
@@ -36,7 +37,7 @@ def cmd_partition(args: argparse.Namespace) -> int:
     try:
         if cached:
             progress.say(f"reading the cached partition of {what}")
-        with progress.step(f"partitioning {what}") if not cached else _nothing():
+        with progress.step(f"partitioning {what}") if not cached else nullcontext():
             part = make_neuron_partition(
                 network, args.k, args.method, seed=args.seed, nbuckets=args.nbuckets,
                 epsilon=args.epsilon, cache=cache, inputs=weigh_by, traffic=settings,
@@ -76,10 +77,3 @@ def cmd_partition(args: argparse.Namespace) -> int:
         print(f"wrote {args.out}")
     return 0
 
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None

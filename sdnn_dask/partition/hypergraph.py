@@ -520,7 +520,7 @@ def _heavy_layers(network: Network, k: int, epsilon: float, seed: int,
             done += 1
             if progress is not None:
                 progress("mtkahypar", done, len(heavy))
-        work = np.diff(sp.csr_matrix(w).tocsc().indptr)  # each column's multiply-adds
+        work = np.bincount(w.indices, minlength=w.shape[1])  # each column's multiply-adds
         cap = max(-(-int(work.sum()) // k), np.floor((1 + epsilon) * work.sum() / k))
         mix.add_layer(w, [parts[layer - 1], *fixed.values()], [parts[layer], *fixed.values()],
                       k, profile.weights.get(layer),
