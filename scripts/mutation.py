@@ -125,9 +125,9 @@ KNOWN_BUGS = [
      "        ids = [self.of(r) for r in np.sort(reps)]",
      "deduplication expands rows to the wrong group when representatives come unsorted"),
     ("partition/hypergraph.py",
-     '        objective, content = "traffic", network_digest(network)',
-     '        objective, content = "traffic", ""',
-     "a traffic partition's cache key and stamp leave out the network's values"),
+     '        key.update(f"traffic|{content}|{inputs}|"',
+     '        key.update(f"traffic|{inputs}|"',
+     "a traffic partition's cache key leaves out the network's values"),
 ]
 
 

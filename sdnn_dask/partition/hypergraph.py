@@ -310,39 +310,44 @@ class PartitionCacheWarning(CacheWarning):
     k or settings) or written; the partition is computed, or returned, all the same."""
 
 
-def pattern_digest(network: Network) -> str:
-    """SHA-256 of the layers' patterns (where the nonzeros are), N and L: all a partition
-    with every net weighing 1 depends on."""
-    digest = hashlib.sha256(f"N={network.n_neurons}|L={network.n_layers}".encode())
-    for w in network.layers:
-        digest.update(np.ascontiguousarray(w.indptr, dtype=np.int64).tobytes())
-        digest.update(np.ascontiguousarray(w.indices, dtype=np.int32).tobytes())
-    return digest.hexdigest()
-
-
 def _cache_stamp(network: Network, k: int, epsilon: float, seed: int,
                  traffic: tuple[str, TrafficSettings] | None) -> dict[str, Any]:
-    """What a cached partition is made for, recorded in its file and checked on load; its
-    ``key`` (a digest of the rest) names the file.
+    """What a cached partition is made for, recorded in its file and checked on load.
 
+    ``key`` names the file: a digest of N, L, k, epsilon, seed and the patterns, or for a
+    traffic-weighted partition the network's digest, the inputs and the settings. It is
+    the key files were named by before they recorded a stamp, so such a file is found,
+    refused (no stamp) with a warning and replaced, not left behind unused.
     ``network`` is what the partition depends on: the patterns alone with uniform
-    weights, the values, bias and clamp too when the traffic weighs the nets.
-    ``settings`` is a digest of the algorithm's version, epsilon, seed and, for a
-    traffic-weighted partition, the inputs and :class:`TrafficSettings`.
+    weights, :func:`network_digest` (values, bias, clamp too) when the traffic weighs
+    the nets. ``settings`` is a digest of the algorithm's version, epsilon, seed and, for
+    a traffic-weighted partition, the inputs and :class:`TrafficSettings`.
     """
+    key = hashlib.sha256(
+        f"hypergraph|v{ALGORITHM_VERSION}|N={network.n_neurons}|L={network.n_layers}|"
+        f"k={k}|eps={float(epsilon)!r}|seed={seed}".encode()
+    )
     settings: dict[str, Any] = {"version": ALGORITHM_VERSION, "epsilon": float(epsilon),
                                 "seed": int(seed)}
     if traffic is None:  # uniform weights: the patterns alone decide
-        objective, content = "km1", pattern_digest(network)
+        objective = "km1"
+        patterns = hashlib.sha256(f"N={network.n_neurons}|L={network.n_layers}".encode())
+        for w in network.layers:  # one pass: a streamed network's layers are read once
+            for array in (np.ascontiguousarray(w.indptr, dtype=np.int64),
+                          np.ascontiguousarray(w.indices, dtype=np.int32)):
+                key.update(array)
+                patterns.update(array)
+        content = patterns.hexdigest()
     else:  # the values, bias, clamp and inputs decide the traffic too
         inputs, chosen = traffic
         objective, content = "traffic", network_digest(network)
+        key.update(f"traffic|{content}|{inputs}|"
+                   f"{json.dumps(chosen.as_params(), sort_keys=True)}".encode())
         settings.update(inputs=inputs, **chosen.as_params())
-    stamp: dict[str, Any] = {
-        "format": CACHE_STAMP, "objective": objective, "network": content, "k": int(k),
-        "settings": hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()}
-    stamp["key"] = hashlib.sha256(json.dumps(stamp, sort_keys=True).encode()).hexdigest()[:24]
-    return stamp
+    return {"format": CACHE_STAMP, "objective": objective, "network": content, "k": int(k),
+            "settings": hashlib.sha256(json.dumps(settings, sort_keys=True).encode()
+                                       ).hexdigest(),
+            "key": key.hexdigest()[:24]}
 
 
 def _cache_file(cache: bool | str | os.PathLike, network: Network, stamp: dict[str, Any]

@@ -8,6 +8,7 @@ Every partition read back is compared with the same partition computed without a
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
 import os
 import shutil
@@ -118,6 +119,34 @@ def test_another_k_or_settings_under_this_name_is_recomputed(tmp_path):
             got = hypergraph_partition(one, 2, cache=folders["mine"])
         assert len(record) == 1 and str(mine) in str(record[0].message)
         np.testing.assert_array_equal(got.parts, fresh.parts)
+
+
+def _key_before_stamps(network: Network, k: int) -> str:
+    """The file name key of a uniform-weight partition as the cache wrote it before its
+    files recorded a stamp (version 2, epsilon 0.03, seed 0)."""
+    digest = hashlib.sha256(f"hypergraph|v2|N={network.n_neurons}|L={network.n_layers}|"
+                            f"k={k}|eps={0.03!r}|seed=0".encode())
+    for w in network.layers:
+        digest.update(np.ascontiguousarray(w.indptr, dtype=np.int64).tobytes())
+        digest.update(np.ascontiguousarray(w.indices, dtype=np.int32).tobytes())
+    return digest.hexdigest()[:24]
+
+
+def test_a_file_from_before_stamps_is_found_and_replaced(tmp_path):
+    """A file as the cache wrote it before stamps (its name, no stamp) holding another
+    partition: found under its name, refused with a warning, computed again and
+    replaced by a stamped file of the same name (no file left behind unused)."""
+    net = make_network(1024, 2, seed=9)
+    fresh = hypergraph_partition(net, 2)
+    old = tmp_path / f"neurons-hypergraph-n1024-l2-k2-{_key_before_stamps(net, 2)}.npz"
+    stale = NeuronPartition("hypergraph", 2, 1 - fresh.parts)  # another partition
+    stale.save(old)
+    assert not is_cached(net, 2, cache=tmp_path)
+    with pytest.warns(PartitionCacheWarning, match="does not record") as record:
+        got = hypergraph_partition(net, 2, cache=tmp_path)
+    assert len(record) == 1 and str(old) in str(record[0].message)
+    np.testing.assert_array_equal(got.parts, fresh.parts)
+    assert _files(tmp_path) == [old] and NeuronPartition.read_stamp(old)["k"] == 2
 
 
 def test_a_damaged_file_is_recomputed_with_a_warning(tmp_path):
