@@ -54,11 +54,18 @@ TARGETS: dict[str, tuple[list[str], list[str]]] = {
     "slabs": (["parallel/slabs/layout.py", "parallel/slabs/tiles.py", "parallel/slabs/plans.py",
                "parallel/slabs/part_layer.py"],
               ["tests/parallel/test_slabs.py", "tests/parallel/test_independent.py"]),
+    "dedup": (["core/kernels/dedup.py"],
+              # test_model_dedup imports test_dedup: it must come first
+              ["tests/core/test_dedup.py", "tests/parallel/test_model_dedup.py"]),
     "partition": (["partition/rows.py", "partition/neurons.py", "partition/methods.py",
                    "partition/hypergraph.py",
                    "partition/hashing.py", "partition/balance.py"],
                   ["tests/partition/test_partition.py",
-                   "tests/partition/test_neuron_partitions.py"]),
+                   "tests/partition/test_neuron_partitions.py",
+                   "tests/partition/test_traffic.py",
+                   "tests/partition/test_partition_cache.py"]),
+    "wire": (["parallel/transport/wire.py"],
+             ["tests/parallel/test_wire.py", "tests/parallel/test_adversarial_wire.py"]),
     "parallel": (["parallel/serial.py", "parallel/data_executor.py", "parallel/model_executor.py",
                   "parallel/model_direct.py", "parallel/transport/run.py",
                   "parallel/transport/exchange.py", "parallel/transfers.py",
@@ -104,13 +111,41 @@ KNOWN_BUGS = [
      "records write a wrong edges/s for multi-worker runs"),
     ("data/io/cache.py", "        if cache_file.exists():", "        if False:",
      "the .npz weight cache is never read"),
+    # issue 43's review: three more that passed every test
+    ("parallel/transport/wire.py",
+     "    if not hmac.compare_digest(proof, _proof(key, _CONNECTOR, mine, theirs)):",
+     "    if not hmac.compare_digest(proof[:1], _proof(key, _CONNECTOR, mine, theirs)[:1]):",
+     "the wire's listener checks the first byte of a connector's HMAC only"),
+    ("parallel/transport/wire.py",
+     "    if not hmac.compare_digest(answer, _proof(key, _LISTENER, mine, theirs)):",
+     "    if not hmac.compare_digest(answer[:1], _proof(key, _LISTENER, mine, theirs)[:1]):",
+     "the wire's connector checks the first byte of a listener's HMAC only"),
+    ("core/kernels/dedup.py",
+     "        ids = [self.of(r) for r in reps]",
+     "        ids = [self.of(r) for r in np.sort(reps)]",
+     "deduplication expands rows to the wrong group when representatives come unsorted"),
+    ("partition/hypergraph.py",
+     '        key.update(f"traffic|{content}|{inputs}|"',
+     '        key.update(f"traffic|{inputs}|"',
+     "a traffic partition's cache key leaves out the network's values"),
 ]
 
 
-def known_bugs() -> int:
-    """Make each known bug in a private copy and run its module's tests: all must fail."""
+def known_bugs(only: str | None = None) -> int:
+    """Make each known bug in a private copy and run its module's tests: all must fail,
+    and the same tests must pass on the unmutated copy (else a failure says nothing).
+    ``only``: the bugs whose source path contains it."""
     missed = 0
-    for source, text, replacement, what in KNOWN_BUGS:
+    bugs = [b for b in KNOWN_BUGS if only is None or only in b[0]]
+    if not bugs:
+        print(f"no known bug in a source matching {only!r}")
+        return 1
+    for source in dict.fromkeys(b[0] for b in bugs):
+        tests = next(t for files, t in TARGETS.values() if source in files)
+        if run_pytest(_tree(9), source, tests) != 0:
+            print(f"BROKEN the tests of {source} fail on unmutated code: fix them first")
+            return 1
+    for source, text, replacement, what in bugs:
         tree = _tree(9)
         path = tree / "sdnn_dask" / source
         original = path.read_text()
@@ -598,14 +633,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample", type=int, metavar="N",
                         help="test at most N mutants per source file, a fixed random sample "
                              "(default: all)")
-    parser.add_argument("--known-bugs", action="store_true",
-                        help="check that the bugs issue 13 found are caught (exit 1 if not)")
+    parser.add_argument("--known-bugs", nargs="?", const="", metavar="SOURCE",
+                        help="check that the bugs issues 13 and 43 found are caught (exit 1 "
+                             "if not); SOURCE: only those in sources whose path contains it")
     parser.add_argument("--pytest", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.pytest:
         return run_pytest(Path(args.pytest[0]), args.pytest[1], args.pytest[2:])
-    if args.known_bugs:
-        return known_bugs()
+    if args.known_bugs is not None:
+        return known_bugs(args.known_bugs or None)
     # a target may carry its own sample size: "io:120"
     samples = {t.split(":")[0]: int(t.split(":")[1]) for t in args.targets if ":" in t}
     args.targets = [t.split(":")[0] for t in args.targets]

@@ -2,7 +2,12 @@
 
 from .balance import imbalance, survivors_per_block
 from .hashing import bucket_hash, bucket_unhash
-from .hypergraph import TrafficSettings, hypergraph_partition, partition_columns
+from .hypergraph import (
+    PartitionCacheWarning,
+    TrafficSettings,
+    hypergraph_partition,
+    partition_columns,
+)
 from .methods import NEURON_PARTITIONS, make_neuron_partition
 from .neurons import NeuronPartition, column_net_km1
 from .rows import ROW_PARTITIONS, RowPartition, even_bounds, make_row_partition
@@ -12,6 +17,7 @@ __all__ = [
     "NEURON_PARTITIONS",
     "ROW_PARTITIONS",
     "NeuronPartition",
+    "PartitionCacheWarning",
     "RowPartition",
     "SampledForward",
     "TrafficProfile",

@@ -44,7 +44,7 @@ import json
 import os
 import threading
 import time
-import zipfile
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +54,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import config
+from ..data.io.cache import CacheWarning
 from ..data.streaming import StreamedNetwork
 from .level_mix import LevelMix, describe, fixed_rows
 from .neurons import NeuronPartition, blocks_of, connectivity
@@ -300,43 +301,110 @@ def network_digest(network: Network) -> str:
     return digest.hexdigest()
 
 
-def _cache_key(network: Network, k: int, epsilon: float, seed: int,
-               traffic: tuple[str, TrafficSettings] | None) -> str:
-    digest = hashlib.sha256(
+#: Layout of what a partition cache file records about itself (:func:`_cache_stamp`).
+CACHE_STAMP = "sdnn-partition-cache-1"
+
+
+class PartitionCacheWarning(CacheWarning):
+    """A cached partition could not be used (unreadable, or made for another network,
+    k or settings) or written; the partition is computed, or returned, all the same."""
+
+
+def _cache_stamp(network: Network, k: int, epsilon: float, seed: int,
+                 traffic: tuple[str, TrafficSettings] | None) -> dict[str, Any]:
+    """What a cached partition is made for, recorded in its file and checked on load.
+
+    ``key`` names the file: a digest of N, L, k, epsilon, seed and the patterns, or for a
+    traffic-weighted partition the network's digest, the inputs and the settings. It is
+    the key files were named by before they recorded a stamp, so such a file is found,
+    refused (no stamp) with a warning and replaced, not left behind unused.
+    ``network`` is what the partition depends on: the patterns alone with uniform
+    weights, :func:`network_digest` (values, bias, clamp too) when the traffic weighs
+    the nets. ``settings`` is a digest of the algorithm's version, epsilon, seed and, for
+    a traffic-weighted partition, the inputs and :class:`TrafficSettings`.
+    """
+    key = hashlib.sha256(
         f"hypergraph|v{ALGORITHM_VERSION}|N={network.n_neurons}|L={network.n_layers}|"
         f"k={k}|eps={float(epsilon)!r}|seed={seed}".encode()
     )
+    settings: dict[str, Any] = {"version": ALGORITHM_VERSION, "epsilon": float(epsilon),
+                                "seed": int(seed)}
     if traffic is None:  # uniform weights: the patterns alone decide
-        for w in network.layers:
-            digest.update(np.ascontiguousarray(w.indptr, dtype=np.int64).tobytes())
-            digest.update(np.ascontiguousarray(w.indices, dtype=np.int32).tobytes())
+        objective = "km1"
+        patterns = hashlib.sha256(f"N={network.n_neurons}|L={network.n_layers}".encode())
+        for w in network.layers:  # one pass: a streamed network's layers are read once
+            for array in (np.ascontiguousarray(w.indptr, dtype=np.int64),
+                          np.ascontiguousarray(w.indices, dtype=np.int32)):
+                key.update(array)
+                patterns.update(array)
+        content = patterns.hexdigest()
     else:  # the values, bias, clamp and inputs decide the traffic too
-        inputs, settings = traffic
-        digest.update(f"traffic|{network_digest(network)}|{inputs}|"
-                      f"{json.dumps(settings.as_params(), sort_keys=True)}".encode())
-    return digest.hexdigest()[:24]
+        inputs, chosen = traffic
+        objective, content = "traffic", network_digest(network)
+        key.update(f"traffic|{content}|{inputs}|"
+                   f"{json.dumps(chosen.as_params(), sort_keys=True)}".encode())
+        settings.update(inputs=inputs, **chosen.as_params())
+    return {"format": CACHE_STAMP, "objective": objective, "network": content, "k": int(k),
+            "settings": hashlib.sha256(json.dumps(settings, sort_keys=True).encode()
+                                       ).hexdigest(),
+            "key": key.hexdigest()[:24]}
 
 
-def _cache_file(cache: bool | str | os.PathLike, network: Network, k: int, epsilon: float,
-                seed: int, traffic: tuple[str, TrafficSettings] | None = None) -> Path:
+def _cache_file(cache: bool | str | os.PathLike, network: Network, stamp: dict[str, Any]
+                ) -> Path:
     folder = config.cache_dir() / "partitions" if cache is True else Path(cache)
-    key = _cache_key(network, k, epsilon, seed, traffic)
-    how = "hypergraph" if traffic is None else "traffic"
-    return folder / f"neurons-{how}-n{network.n_neurons}-l{network.n_layers}-k{k}-{key}.npz"
+    how = "hypergraph" if stamp["objective"] == "km1" else "traffic"
+    return folder / (f"neurons-{how}-n{network.n_neurons}-l{network.n_layers}-"
+                     f"k{stamp['k']}-{stamp['key']}.npz")
 
 
-def _load_cached(path: Path, network: Network, k: int) -> NeuronPartition | None:
+def _load_cached(path: Path, stamp: dict[str, Any], network: Network, *,
+                 warn: bool) -> NeuronPartition | None:
+    """The partition cached at ``path`` if it records ``stamp`` and fits ``network``;
+    ``None`` otherwise, with a :class:`PartitionCacheWarning` naming the file and why
+    when ``warn`` (the caller computes it again and replaces the file)."""
     if not path.is_file():
         return None
+    why = None
     try:
+        recorded = NeuronPartition.read_stamp(path)
         cached = NeuronPartition.load(path)
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
-        return None  # unreadable (a torn copy from elsewhere): made again and overwritten
-    if cached.method != "hypergraph" or cached.k != k or cached.parts.shape != (
-        network.n_layers + 1, network.n_neurons
-    ):
-        return None
-    return cached
+    # anything np.load can raise on a damaged file (EOFError, BadZipFile, ValueError,
+    # KeyError, OSError, zlib.error, ...): made again and overwritten
+    except Exception as error:
+        why = f"unreadable: {type(error).__name__}: {error}"
+    else:
+        if recorded is None:
+            why = "it does not record what it was made for (written before cache stamps)"
+        elif recorded != stamp:
+            # the key follows from the rest: named only when nothing else differs
+            fields = [f for f in ("format", "objective", "network", "k", "settings")
+                      if recorded.get(f) != stamp[f]] or ["key"]
+            why = f"it was made for another {' and '.join(fields)}"
+        elif cached.method != "hypergraph" or cached.k != stamp["k"] or cached.parts.shape != (
+            network.n_layers + 1, network.n_neurons
+        ):
+            why = (f"it holds a {cached.method} partition into {cached.k} parts of shape "
+                   f"{cached.parts.shape}")
+    if why is None:
+        return cached
+    if warn:
+        warnings.warn(f"{path}: cached partition not used: {why}; computing it again",
+                      PartitionCacheWarning, stacklevel=3)
+    return None
+
+
+def _save_cached(path: Path, partition: NeuronPartition, stamp: dict[str, Any]) -> None:
+    """Write a cache file; a failure only warns (the cache saves time, the partition is
+    right without it)."""
+    try:
+        partition.save(path, stamp=stamp)
+    except OSError as error:
+        why = ("a file stands where a folder should be"
+               if isinstance(error, (FileExistsError, NotADirectoryError))
+               else error.strerror or str(error))
+        warnings.warn(f"{path}: cannot write the partition cache ({why}); the partition is "
+                      "returned uncached", PartitionCacheWarning, stacklevel=3)
 
 
 def _traffic_key(inputs: Any, settings: TrafficSettings | None
@@ -350,8 +418,9 @@ def is_cached(network: Network, k: int, *, epsilon: float = 0.03, seed: int = 0,
               cache: bool | str | os.PathLike = True, inputs: Any = None,
               traffic: TrafficSettings | None = None) -> bool:
     """Whether :func:`hypergraph_partition` would read this partition from ``cache``."""
-    path = _cache_file(cache, network, k, epsilon, seed, _traffic_key(inputs, traffic))
-    return _load_cached(path, network, k) is not None
+    stamp = _cache_stamp(network, k, epsilon, seed, _traffic_key(inputs, traffic))
+    return _load_cached(_cache_file(cache, network, stamp), stamp, network,
+                        warn=False) is not None
 
 
 def hypergraph_partition(
@@ -391,7 +460,13 @@ def hypergraph_partition(
         partition made before with the same inputs is read back instead of recomputed
         (``seconds`` stays the time it took to make). The key is the layers' patterns, N,
         L, k, epsilon and seed; a traffic-weighted partition's adds the network's values,
-        bias and clamp, the inputs and ``traffic``. ``None``/``False``: no cache.
+        bias and clamp, the inputs and ``traffic``. Each file records what it was made
+        for (the key, the network's digest, k, the objective and a digest of the
+        settings), checked when it is read: a file that records something else (copied
+        from another network, written before the record was kept) or cannot be read is
+        computed again and replaced, with a :class:`PartitionCacheWarning` naming it. A
+        file that cannot be written (the folder is a file, the disk is full) also only
+        warns: the partition is returned uncached. ``None``/``False``: no cache.
     progress
         Called as ``progress(stage, done, total)``: stage ``"sample"`` after each layer of
         the sample's pass, ``"mtkahypar"`` after each layer partitioned.
@@ -411,10 +486,11 @@ def hypergraph_partition(
     k = _check_k(k)
     _check_epsilon(epsilon)
     key = _traffic_key(inputs, traffic)
-    path = None
+    path = stamp = None
     if cache:
-        path = _cache_file(cache, network, k, epsilon, seed, key)
-        cached = _load_cached(path, network, k)
+        stamp = _cache_stamp(network, k, epsilon, seed, key)
+        path = _cache_file(cache, network, stamp)
+        cached = _load_cached(path, stamp, network, warn=True)
         if cached is not None:
             return cached
     if k > 1:
@@ -438,7 +514,7 @@ def hypergraph_partition(
     result = NeuronPartition(method="hypergraph", k=k, parts=parts, params=params,
                              seconds=time.perf_counter() - start)
     if path is not None:
-        result.save(path)
+        _save_cached(path, result, stamp)
     return result
 
 

@@ -236,8 +236,23 @@ class NeuronPartition:
         """``(L,)`` work imbalance per layer, ``max / mean`` over parts (1.0 is perfect)."""
         return np.array([_imbalance(loads) for loads in self.work(network)])
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Write to ``path`` as ``.npz`` (no pickle), atomically."""
+    def save(self, path: str | os.PathLike, *, stamp: dict[str, Any] | None = None) -> None:
+        """Write to ``path`` as ``.npz`` (no pickle), atomically.
+
+        Parameters
+        ----------
+        path
+            The file to write.
+        stamp
+            What the file was made for (a cache's key and the digests it stands for),
+            JSON-serialisable; read back by :meth:`read_stamp`. ``None``: no stamp.
+
+        Raises
+        ------
+        OSError
+            The file cannot be written (its folder is a file, the disk is full, ...);
+            ``path`` is then untouched.
+        """
         arrays = {
             "method": np.array(self.method),
             "k": np.array(self.k, dtype=np.int64),
@@ -245,6 +260,8 @@ class NeuronPartition:
             "params": np.array([json.dumps(self.params, sort_keys=True)]),
             "seconds": np.array(self.seconds, dtype=np.float64),
         }
+        if stamp is not None:
+            arrays["stamp"] = np.array([json.dumps(stamp, sort_keys=True)])
         # a file handle: np.savez would append ".npz" to the temporary name
         with atomic_path(path) as tmp, open(tmp, "wb") as handle:
             np.savez(handle, **arrays)
@@ -252,7 +269,8 @@ class NeuronPartition:
     @classmethod
     def load(cls, path: str | os.PathLike) -> NeuronPartition:
         """Read a partition written by :meth:`save`."""
-        with np.load(path, allow_pickle=False) as archive:
+        # our own handle: np.load leaks the one it opens when the file is not a zip
+        with open(path, "rb") as handle, np.load(handle, allow_pickle=False) as archive:
             return cls(
                 method=str(archive["method"]),
                 k=int(archive["k"]),
@@ -260,6 +278,23 @@ class NeuronPartition:
                 params=json.loads(str(archive["params"][0])),
                 seconds=float(archive["seconds"]),
             )
+
+    @staticmethod
+    def read_stamp(path: str | os.PathLike) -> dict[str, Any] | None:
+        """The ``stamp`` a file was saved with (:meth:`save`); ``None`` if it has none.
+
+        Raises
+        ------
+        ValueError
+            The stamp is not a JSON object (a damaged or foreign file).
+        """
+        with open(path, "rb") as handle, np.load(handle, allow_pickle=False) as archive:
+            if "stamp" not in archive.files:
+                return None
+            stamp = json.loads(str(archive["stamp"][0]))
+        if not isinstance(stamp, dict):
+            raise ValueError(f"{path}: the stamp is {type(stamp).__name__}, not an object")
+        return stamp
 
     def __repr__(self) -> str:
         return (f"NeuronPartition(method={self.method!r}, k={self.k}, levels={self.n_levels}, "

@@ -17,6 +17,7 @@ from sdnn_dask.core.kernels import (
     stream_blocks,
 )
 from sdnn_dask.core.kernels.dedup import Groups, duplicates, hash_csr, hash_dense_t
+from sdnn_dask.core.kernels.forward import run_early_layers
 from sdnn_dask.core.network import Network
 from sdnn_dask.data.radixnet import make_inputs, make_network
 from sdnn_dask.parallel import DataParallelExecutor
@@ -87,6 +88,22 @@ def test_a_hash_collision_never_merges_different_rows():
     drop, merges = duplicates(np.zeros(len(rows), np.uint64), same)  # every hash equal
     assert drop.tolist() == [False, True, False, True, True, False]
     assert [(r, m.tolist()) for r, m in merges] == [(0, [1, 3]), (2, [4])]
+
+
+def test_groups_expand_several_groups_given_out_of_order():
+    """Representatives as the kernel hands them over when blocks joined at different
+    layers (not in id order), several groups and rows never merged between them: each
+    row maps to the position of its own representative."""
+    g = Groups()
+    g.merge(5, np.array([8, 11]))
+    g.merge(2, np.array([3]))
+    g.merge(0, np.array([6]))
+    g.merge(2, np.array([9]))  # a later look: 2 stands for 9 too
+    reps = np.array([5, 7, 2, 0, 4])  # 7 and 4 stand for themselves
+    rows, source = g.expand(reps)
+    assert rows.tolist() == [0, 2, 3, 4, 5, 6, 7, 8, 9, 11]
+    assert reps[source].tolist() == [0, 2, 2, 4, 5, 0, 7, 5, 2, 5]
+    assert g.of(2).tolist() == [2, 3, 9] and g.of(8).tolist() == [8]
 
 
 def test_groups_expand_what_they_merged():
@@ -222,8 +239,6 @@ def test_streamed_passes_join_for_the_deep_layers():
 
 
 def test_early_layers_stop_when_few_rows_are_left():
-    from sdnn_dask.core.kernels.forward import run_early_layers
-
     net = make_network(1024, 30, seed=5)
     x = make_inputs(600, 1024, seed=5)
     states = run_early_layers(net, [x[:250], x[250:]], ON, stop_rows=100)
@@ -233,3 +248,57 @@ def test_early_layers_stop_when_few_rows_are_left():
     alone = forward_blocks(net, [x[:250], x[250:]], OFF)
     for a, b in zip(out, alone, strict=True):
         assert_bitwise(a.to_csr(), b.to_csr())
+
+
+# -- survivors in several groups ---------------------------------------------------------
+
+
+def several_groups(seed: int = 7, n: int = 64, layers: int = 12, classes: int = 5,
+                   copies: int = 24, unique: int = 120) -> tuple[Network, sp.csr_matrix]:
+    """An integer network (exact float32 sums) and inputs holding ``classes`` classes of
+    ``copies`` identical rows and ``unique`` rows of their own, shuffled together: every
+    row survives, and the survivors end in ``classes`` groups of several rows beside
+    the unique ones (the radixnet tests end in one group, where any mapping of members
+    to representatives gives the right answer)."""
+    from dense_reference import integer_inputs, integer_network
+
+    rng = np.random.default_rng(seed)
+    weights, bias, ymax = integer_network(rng, n, layers, 0.15, "mixed")
+    base = integer_inputs(rng, classes, n, 0.3).toarray()
+    own = integer_inputs(rng, unique, n, 0.3).toarray()
+    rows = np.vstack([base[np.repeat(np.arange(classes), copies)], own])
+    x = sp.csr_matrix(rows[rng.permutation(len(rows))])
+    return Network(weights, bias=bias, ymax=ymax, name=f"groups-{seed}"), x
+
+
+def _assert_merged(trace: pd.DataFrame) -> None:
+    """The run merged rows: its last layer, over the blocks, has fewer distinct than live."""
+    last = trace.groupby("layer")[["rows_out", "distinct_out"]].sum().iloc[-1]
+    assert last["rows_out"] > last["distinct_out"], trace
+
+
+def test_survivors_in_several_groups_expand_to_their_own_rows():
+    """One block, several blocks, streamed passes and early layers then the rest: the
+    same bits as without deduplication and as the dense float64 recurrence, and the
+    last layer has exactly the classes and the unique rows distinct."""
+    from dense_reference import dense_infer
+
+    net, x = several_groups()
+    expected = dense_infer(net.layers, net.bias, net.ymax, x)
+    one, _ = _both(net, x)
+    assert one.trace["distinct_out"].iloc[-1] == 5 + 120 < one.trace["rows_out"].iloc[-1]
+    np.testing.assert_array_equal(one.to_csr().toarray(), expected)
+    blocks = [x[:70], x[70:160], x[160:]]
+    offs = forward_blocks(net, blocks, OFF)
+    runs = {"blocks": lambda s: forward_blocks(net, blocks, s),
+            "streamed": lambda s: stream_blocks(net, blocks, s, pass_rows=100),
+            "early-then-rest": lambda s: finish_blocks(
+                net, run_early_layers(net, blocks, s, stop_rows=1), s)}
+    for name, run in runs.items():
+        ons = run(ON)
+        for b, (on, off) in enumerate(zip(ons, offs, strict=True)):
+            assert_bitwise(on.to_csr(), off.to_csr())
+            assert on.trace[COUNTED].equals(off.trace[COUNTED]), (name, b)
+        got = sp.vstack([on.to_csr() for on in ons]).toarray()
+        np.testing.assert_array_equal(got, expected, err_msg=name)
+        _assert_merged(pd.concat([on.trace for on in ons]))

@@ -489,3 +489,95 @@ def test_a_model_parallel_run_passes_while_strangers_knock(client, tmp_path):
     assert all(c[0] > 4 for c in counts)  # they did knock, on every worker
     assert client.run(_wire_address) == addresses  # the wires are the same ones
     assert not marker.exists()
+
+
+# -- (8) every byte of a proof counts ----------------------------------------------------------
+
+def _flipped(proof: bytes, where: str) -> bytes:
+    """``proof`` with its first byte kept and later bytes wrong: a check that compares a
+    prefix only (the review's mutant compared ``[:1]``) would take it."""
+    out = bytearray(proof)
+    if where == "last":
+        out[-1] ^= 0xFF
+    elif where == "second":
+        out[1] ^= 0x01
+    else:  # every byte but the first
+        out[1:] = bytes(b ^ 0xFF for b in out[1:])
+    assert out[0] == proof[0] and bytes(out) != proof
+    return bytes(out)
+
+
+@pytest.mark.parametrize("where", ["last", "second", "all-but-first"])
+def test_a_proof_right_in_its_first_byte_only_is_refused(tmp_path, where):
+    """A connector whose HMAC is the real one (made with the wire's secret) but for a
+    byte after the first: dropped before anything is parsed, its pickle never runs. The
+    same connection with the proof unchanged gets the listener's proof back, so the
+    harness makes the real proof and only the flipped bytes are refused."""
+    marker = tmp_path / "pwned"
+    w, got, lost = _wire()
+    key = bytes.fromhex(w.address[2])
+    try:
+        for flip in (True, False):
+            with _connect(w) as sock:
+                challenge = sock.recv(CHALLENGE.size, socket.MSG_WAITALL)
+                theirs = challenge[4:]
+                mine = os.urandom(NONCE)
+                proof = _proof(key, wire_module._CONNECTOR, theirs, mine)
+                sock.sendall(mine + (_flipped(proof, where) if flip else proof))
+                if flip:
+                    try:
+                        sock.sendall(b"".join(_frames({"op": "piece",
+                                                       "payload": Evil(marker)})))
+                    except OSError:  # already closed: as good
+                        pass
+                    heard, took = _until_closed(sock)
+                    assert heard == b"" and took < 2.0  # no proof back: dropped at once
+                else:
+                    answer = sock.recv(DIGEST, socket.MSG_WAITALL)
+                    assert answer == _proof(key, wire_module._LISTENER, mine, theirs)
+        time.sleep(0.2)
+        assert not marker.exists()
+        assert got.empty() and lost.empty()
+    finally:
+        w.close()
+
+
+@pytest.mark.parametrize("where", ["last", "second", "all-but-first"])
+def test_a_listener_proof_right_in_its_first_byte_only_is_refused(where):
+    """The connector's side: a listener whose answer is the real proof but for a byte
+    after the first is an impostor; the connector sends it no hello. With the answer
+    unchanged the same harness completes the handshake (the hello arrives)."""
+    key = os.urandom(32)
+    for flip in (True, False):
+        ours, theirs_sock = socket.socketpair()
+        heard: list[bytes] = []
+
+        def listener(sock=theirs_sock, flip=flip, heard=heard):
+            with sock:
+                sock.settimeout(10)
+                nonce = os.urandom(NONCE)
+                sock.sendall(CHALLENGE.pack(b"SDNA", nonce))
+                answer = sock.recv(NONCE + DIGEST, socket.MSG_WAITALL)
+                connector_nonce = answer[:NONCE]
+                proof = _proof(key, wire_module._LISTENER, connector_nonce, nonce)
+                sock.sendall(_flipped(proof, where) if flip else proof)
+                try:
+                    while chunk := sock.recv(4096):
+                        heard.append(chunk)
+                except OSError:
+                    pass
+
+        t = threading.Thread(target=listener, daemon=True)
+        t.start()
+        try:
+            ours.settimeout(10)
+            if flip:
+                with pytest.raises(ConnectionError, match="does not hold"):
+                    introduce(ours, key, "tcp://me")
+            else:
+                introduce(ours, key, "tcp://me")
+        finally:
+            ours.close()
+        t.join(timeout=10)
+        assert not t.is_alive()
+        assert (heard == []) if flip else b"tcp://me" in b"".join(heard)

@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
-from test_dedup import _inputs, _random_network, assert_bitwise
+from dense_reference import dense_infer
+from test_dedup import _inputs, _random_network, assert_bitwise, several_groups
 
 from sdnn_dask.core.kernels import KernelSettings, forward_block
 from sdnn_dask.core.network import Network
@@ -139,6 +140,19 @@ def test_identical_in_one_part_only():
     assert last.loc[1, "distinct_out"] == 4 and last.loc[1, "rows_out"] == 8
 
 
+@pytest.mark.parametrize(("k", "method"), [(2, "hash"), (3, "random")])
+def test_survivors_in_several_groups(k, method):
+    """Classes of identical rows shuffled among unique ones, on an integer network: the
+    parts' groups expand to their own rows, bit for bit as without and as the dense
+    float64 recurrence (the radixnet tests end in one group, where any mapping works)."""
+    net, x = several_groups(layers=20)
+    trace = _parts_both(net, make_neuron_partition(net, k, method), x)
+    on, _ = forward_parts(net, make_neuron_partition(net, k, method), x, dedup=True)
+    np.testing.assert_array_equal(on.toarray(), dense_infer(net.layers, net.bias, net.ymax, x))
+    last = trace[trace["layer"] == 20]
+    assert (last["distinct_out"] > 5).all() and (last["distinct_out"] < last["rows_out"]).all()
+
+
 # -- on a cluster ------------------------------------------------------------------------
 
 
@@ -169,6 +183,17 @@ def test_every_transport_with_and_without(client, survivors, transport, row_grou
         assert set(run_records(results[dedup], study="t")["dedup"]) == {word}
     if transport == "direct":  # fewer rows exchanged once they are merged
         assert results[True].bytes_moved < results[False].bytes_moved
+
+
+def test_several_groups_on_a_cluster(client):
+    """Several groups of identical rows in two row groups on a real cluster: the same
+    bits as the serial kernel without deduplication, and rows were merged."""
+    net, x = several_groups(layers=20)
+    serial = forward_block(net, x, settings=KernelSettings.resolve(dedup=False)).to_csr()
+    result = ModelParallelExecutor(client, net).run(x, partition="hash", k=2, row_groups=2,
+                                                    dedup=True)
+    assert_bitwise(result.output, serial)
+    assert (result.layers["distinct_out"] < result.layers["rows_out"]).any()
 
 
 def test_from_a_store_streamed(client, survivors, tmp_path):

@@ -17,6 +17,7 @@ from sdnn_dask.data.radixnet import make_network
 from sdnn_dask.partition import (
     NEURON_PARTITIONS,
     NeuronPartition,
+    PartitionCacheWarning,
     bucket_hash,
     column_net_km1,
     even_bounds,
@@ -310,7 +311,8 @@ def test_hypergraph_cache_remakes_an_unreadable_copy(tmp_path):
     first = hypergraph_partition(net, 2, cache=tmp_path)
     (path,) = tmp_path.iterdir()
     path.write_bytes(path.read_bytes()[:100])  # torn
-    again = hypergraph_partition(net, 2, cache=tmp_path)
+    with pytest.warns(PartitionCacheWarning, match="unreadable: BadZipFile"):
+        again = hypergraph_partition(net, 2, cache=tmp_path)
     assert np.array_equal(again.parts, first.parts)
     assert np.array_equal(NeuronPartition.load(path).parts, first.parts)
 
@@ -449,11 +451,17 @@ def test_hypergraph_arguments_cache_names_and_stale_copies(tmp_path):
     assert 0 < part.seconds <= time.perf_counter() - start
     (path,) = tmp_path.iterdir()
     assert re.fullmatch(r"neurons-hypergraph-n1024-l1-k2-[0-9a-f]{24}\.npz", path.name)
-    # a copy under the right name that is not a hypergraph partition for this k is remade
+    # a copy under the right name that is not a hypergraph partition for this k is remade,
+    # whether it records no stamp (an old file) or this partition's stamp
+    stamp = NeuronPartition.read_stamp(path)
+    assert stamp is not None and stamp["k"] == 2 and stamp["key"] in path.name
     NeuronPartition("block", 2, make_neuron_partition(net, 2, "block").parts).save(path)
-    assert np.array_equal(hypergraph_partition(net, 2, cache=tmp_path).parts, part.parts)
-    NeuronPartition("hypergraph", 3, np.zeros((2, 1024), np.int32)).save(path)
-    assert np.array_equal(hypergraph_partition(net, 2, cache=tmp_path).parts, part.parts)
+    with pytest.warns(PartitionCacheWarning, match="does not record what it was made for"):
+        assert np.array_equal(hypergraph_partition(net, 2, cache=tmp_path).parts, part.parts)
+    NeuronPartition("hypergraph", 3, np.zeros((2, 1024), np.int32)).save(path, stamp=stamp)
+    with pytest.warns(PartitionCacheWarning, match="into 3 parts"):
+        assert np.array_equal(hypergraph_partition(net, 2, cache=tmp_path).parts, part.parts)
+    assert NeuronPartition.read_stamp(path) == stamp  # replaced by the right one
 
 
 def test_one_part_needs_no_partitioner(monkeypatch):
