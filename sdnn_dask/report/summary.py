@@ -19,6 +19,7 @@ from .tables import (
     SERIAL,
     SETTINGS,
     STRATEGY_ORDER,
+    checked_text,
     comparison,
     describe,
     failures,
@@ -35,7 +36,8 @@ SHOWN = ["strategy", "partition", "row_partition", "transport", "placement",
          "merge_blocks", "weights", "workers", "blocks", "parts", "seed", "nbuckets",
          "epsilon", "objective", "dense_threshold", "chunk_bytes", "dedup", "repeats",
          "seconds", "edges_per_s", "speedup", "vs_kernel", "vs_data", "imbalance",
-         "survivor_imbalance", "mb_moved", "mb_predicted", "predicted_volume", "check"]
+         "survivor_imbalance", "mb_moved", "mb_predicted", "predicted_volume", "check",
+         "checked"]
 
 #: What each column of the comparison means (the reports' legend).
 COLUMN_NOTES = {
@@ -43,6 +45,9 @@ COLUMN_NOTES = {
                "already on the workers), the fastest and slowest repeat in brackets "
                "(min-max) where there were several",
     "edges_per_s": "inputs x edges / seconds",
+    "checked": "a sampled check (the problem's check_rows): every survivor of each run's "
+               "result and this many of its other rows, drawn afresh for each run (the "
+               "seeds are in the records); empty where every row was checked",
     "speedup": "the serial reference recurrence's seconds / these seconds",
     "vs_kernel": "the serial compiled kernel's seconds / these seconds",
     "vs_data": "the seconds of the fastest data-parallel configuration with the same number "
@@ -107,6 +112,13 @@ def shown_columns(cmp: pd.DataFrame, columns: Sequence[str] = SHOWN) -> list[str
     return keep
 
 
+def sampled_text(row: pd.Series) -> str:
+    """``, sampled: 2416 survivors + 64 others, seed 123`` for a run checked on a sample
+    (``check_rows``), else ``""``."""
+    text = checked_text(row["check_survivors"], row["check_survivors"], row["check_others"])
+    return f", sampled: {text}, seed {int(row['check_seed'])}" if text else ""
+
+
 def _failure_lines(failed: pd.DataFrame) -> list[str]:
     lines = [f"**{len(failed)} run(s) FAILED the check:**", ""]
     for _, row in failed.iterrows():
@@ -114,7 +126,7 @@ def _failure_lines(failed: pd.DataFrame) -> list[str]:
             f"{row['strategy']} ({describe(row)})"
         lines.append(f"- **FAIL** `{row['network']}`, {int(row['inputs']):,} inputs: {what}, "
                      f"run `{row['run_id']}` (largest difference {row['max_abs_diff']:.2g}, "
-                     f"against {row['check_against'] or 'reference'})")
+                     f"against {row['check_against'] or 'reference'}{sampled_text(row)})")
     return [*lines, ""]
 
 
