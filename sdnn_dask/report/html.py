@@ -38,6 +38,7 @@ from .summary import (
     COLUMN_NOTES,
     PROJECTION_COLUMNS,
     projection_table,
+    sampled_note,
     sampled_text,
     shown_columns,
     summary_markdown,
@@ -422,7 +423,7 @@ def render_html(rep: Report) -> str:
         f'<p class="meta">study <code>{esc(str(table["study"].iloc[0]))}</code>, '
         f"{len(table)} runs recorded {esc(str(table['time'].min()))} to "
         f"{esc(str(table['time'].max()))} on {esc(hosts)}; checked against {esc(checked)}"
-        f"{_largest(table)}.</p>",
+        f"{_largest(table)}{esc(sampled_note(table).replace('`', ''))}.</p>",
     ]
     if len(rep.failures):
         parts.append(_failure_html(rep.failures))

@@ -45,9 +45,6 @@ COLUMN_NOTES = {
                "already on the workers), the fastest and slowest repeat in brackets "
                "(min-max) where there were several",
     "edges_per_s": "inputs x edges / seconds",
-    "checked": "a sampled check (the problem's check_rows): every survivor of each run's "
-               "result and this many of its other rows, drawn afresh for each run (the "
-               "seeds are in the records); empty where every row was checked",
     "speedup": "the serial reference recurrence's seconds / these seconds",
     "vs_kernel": "the serial compiled kernel's seconds / these seconds",
     "vs_data": "the seconds of the fastest data-parallel configuration with the same number "
@@ -88,6 +85,9 @@ COLUMN_NOTES = {
                "(read from a network store layer by layer); shown when runs differ",
     "work_imbalance": "max/mean of the live row-layers (rows entering a layer, summed over "
                       "the layers: the work actually done) over the blocks",
+    "checked": "a sampled check (the problem's check_rows): every survivor of each run's "
+               "result and this many of its other rows, drawn afresh for each run (the "
+               "seeds are in the records); empty where every row was checked",
 }
 #: Columns shown only when configurations differ in them (else they are the defaults).
 SHOWN_WHEN_VARYING = SETTINGS
@@ -110,6 +110,14 @@ def shown_columns(cmp: pd.DataFrame, columns: Sequence[str] = SHOWN) -> list[str
         if not empty or column in ("strategy", "partition", "check"):
             keep.append(column)
     return keep
+
+
+def sampled_note(table: pd.DataFrame) -> str:
+    """What the reports say under the setup when some runs were checked on a sample."""
+    if table["check_survivors"].isna().all():
+        return ""
+    return ("; runs of a problem with check_rows on every survivor of their result and a "
+            "sample of their other rows only (column `checked`)")
 
 
 def sampled_text(row: pd.Series) -> str:
@@ -167,7 +175,7 @@ def summary_markdown(records: pd.DataFrame, *, title: str = "sdnn_dask compariso
         f"- check: categories against {checked}; every run's activations within float32 "
         f"rounding of a float64 reference"
         + ("" if pd.isna(diff := table["max_abs_diff"].max())
-           else f" (largest difference {diff:.2g})"),
+           else f" (largest difference {diff:.2g})") + sampled_note(table),
         "",
     ]
     if plot_note:
