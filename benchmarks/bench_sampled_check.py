@@ -37,32 +37,36 @@ def main() -> None:
     start = time.perf_counter()
     problem = load_problem(spec)
     print(f"problem {spec.label}: loaded in {time.perf_counter() - start:.1f} s", flush=True)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     result = run_serial(problem.network, problem.inputs, "kernel")
-    run_s = time.perf_counter() - start
+    run_s, run_cpu = time.perf_counter() - start, time.process_time() - cpu
     check = problem.sampled
     survivors = check.survivors(result.output)
-    print(f"serial kernel (dedup={KernelSettings.resolve().dedup}): {run_s:.1f} s, "
+    print(f"serial kernel (dedup={KernelSettings.resolve().dedup}): {run_s:.1f} s "
+          f"({run_cpu:.1f} s CPU), "
           f"{len(survivors)} survivors", flush=True)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     reference = check.reference(survivors)
-    ref_s = time.perf_counter() - start
+    ref_s, ref_cpu = time.perf_counter() - start, time.process_time() - cpu
     steps = reference.rows_per_layer
     deep = steps[30:] if len(steps) > 30 else steps[-1:]
-    print(f"float64 reference of the {len(survivors)} survivors: {ref_s:.1f} s; rows stepped "
+    print(f"float64 reference of the {len(survivors)} survivors: {ref_s:.1f} s ({ref_cpu:.1f} s "
+          f"CPU); rows stepped "
           f"per layer: layers 1-5 {steps[:5].tolist()}, layer 10 {steps[min(9, len(steps) - 1)]}"
           f", layer 20 {steps[min(19, len(steps) - 1)]}, layers 31-{len(steps)} at most "
           f"{int(deep.max())} (mean {deep.mean():.2f}); {int(steps.sum())} row-layers against "
           f"{len(survivors) * len(steps)} without dedup", flush=True)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     verdict = check.verify(result.output, bool(result.params.get("dedup")))
-    verify_s = time.perf_counter() - start
+    verify_s, verify_cpu = time.perf_counter() - start, time.process_time() - cpu
     others = check.reference(check.others(survivors, verdict.seed)).rows_per_layer
     print(f"the rest of the check (the {verdict.others} other rows' reference, the kernel "
-          f"without dedup on the sample, the comparisons): {verify_s:.1f} s; the other rows "
+          f"without dedup on the sample, the comparisons): {verify_s:.1f} s ({verify_cpu:.1f} s "
+          f"CPU); the other rows "
           f"were stepped through {len(others)} layers, {int(np.sum(others))} row-layers",
           flush=True)
-    print(f"check: {verdict} in {ref_s + verify_s:.1f} s, the run {run_s:.1f} s")
+    print(f"check: {verdict} in {ref_s + verify_s:.1f} s ({ref_cpu + verify_cpu:.1f} s CPU), "
+          f"the run {run_s:.1f} s ({run_cpu:.1f} s CPU)")
 
 
 if __name__ == "__main__":

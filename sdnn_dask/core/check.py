@@ -136,14 +136,17 @@ def bounded_reference(network: Network, inputs: sp.spmatrix | sp.sparray, *,
     for layer, w32 in enumerate(network.layers, start=1):
         if len(yp) == 1:  # no live row
             break
-        if dedup:
+        if dedup and len(yp) > 2:  # two rows or more
             yp, yi, yx, ye, group = _merge_identical(yp, yi, yx, ye)
             if group is not None:
                 owner = _follow(owner, group)
         stepped.append(len(yp) - 1)
-        w = w32.astype(np.float64)
-        n_terms = int(np.diff(w.tocsc().indptr).max(initial=0)) + 1
+        w = sp.csr_matrix(w32)
+        # the most terms of any column's sum (a count per column, without a transpose)
+        n_terms = int(np.bincount(w.indices, minlength=n).max(initial=0)) + 1
         gamma = n_terms * U32 / (1.0 - n_terms * U32)
+        # float32 weights go in as they are: each product is formed in float64, exactly
+        # as from a float64 copy
         yp, yi, yx, ye, jump = _bounded_layer(yp, yi, yx, ye, w.indptr, w.indices, w.data,
                                               bias, ymax, gamma, n)
         if jump.any():  # every input row stepped as an undecided row is undecided
