@@ -80,6 +80,12 @@ def test_a_wrong_survivor_always_fails(problem, how):
         assert not verdict.passed, str(verdict)
 
 
+def test_a_wrong_shape_fails(problem):
+    net, x, out = problem
+    verdict = SampledCheck(net, x, rows=64).verify(out[:-1], dedup=False)
+    assert not verdict.passed and verdict.rows == 0
+
+
 def test_a_survivor_killed_fails_when_drawn(problem):
     """A row wrongly killed is no survivor of the result: it is caught when the other rows
     drawn hold it (always, with as many as there are); the draw is the seed's."""
