@@ -14,6 +14,7 @@ on the sample, the comparisons), and the verdict.
 from __future__ import annotations
 
 import argparse
+import resource
 import time
 
 import numpy as np
@@ -22,6 +23,11 @@ from sdnn_dask.core.kernels import KernelSettings
 from sdnn_dask.parallel import run_serial
 from sdnn_dask.study import ProblemSpec
 from sdnn_dask.study.problem import load_problem
+
+
+def _peak_gb() -> float:
+    """This process's peak resident memory so far, GB (Linux: ru_maxrss in kB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
 
 
 def main() -> None:
@@ -43,7 +49,7 @@ def main() -> None:
     check = problem.sampled
     survivors = check.survivors(result.output)
     print(f"serial kernel (dedup={KernelSettings.resolve().dedup}): {run_s:.1f} s "
-          f"({run_cpu:.1f} s CPU), "
+          f"({run_cpu:.1f} s CPU, peak memory so far {_peak_gb():.1f} GB), "
           f"{len(survivors)} survivors", flush=True)
     start, cpu = time.perf_counter(), time.process_time()
     reference = check.reference(survivors)
@@ -65,6 +71,7 @@ def main() -> None:
           f"CPU); the other rows "
           f"were stepped through {len(others)} layers, {int(np.sum(others))} row-layers",
           flush=True)
+    print(f"peak memory of the process: {_peak_gb():.1f} GB")
     print(f"check: {verdict} in {ref_s + verify_s:.1f} s ({ref_cpu + verify_cpu:.1f} s CPU), "
           f"the run {run_s:.1f} s ({run_cpu:.1f} s CPU)")
 
