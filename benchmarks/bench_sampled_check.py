@@ -52,7 +52,7 @@ def main() -> None:
           f"({run_cpu:.1f} s CPU, peak memory so far {_peak_gb():.1f} GB), "
           f"{len(survivors)} survivors", flush=True)
     start, cpu = time.perf_counter(), time.process_time()
-    reference = check.reference(survivors)
+    reference = check.reference(survivors, keep=True)  # verify uses it
     ref_s, ref_cpu = time.perf_counter() - start, time.process_time() - cpu
     steps = reference.rows_per_layer
     deep = steps[30:] if len(steps) > 30 else steps[-1:]

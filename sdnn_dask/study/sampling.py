@@ -102,7 +102,9 @@ class SampledCheck:
             raise ValueError(f"rows must be a positive integer, got {rows!r}")
         self.network, self.inputs = network, inputs
         self.rows = int(rows)
-        self._references: dict[str, BoundedReference] = {}
+        # the latest survivors' reference (runs of a problem mostly share their survivors);
+        # one only: at 65536 neurons it holds thousands of dense float64 rows
+        self._kept: tuple[str, BoundedReference] | None = None
 
     def survivors(self, output: sp.csr_matrix) -> np.ndarray:
         """Sorted ids of the rows nonzero in ``output``: every one is checked."""
@@ -118,14 +120,18 @@ class SampledCheck:
                                                    replace=False)
         return np.sort(rest[drawn]).astype(np.int64)
 
-    def reference(self, rows: np.ndarray) -> BoundedReference:
-        """The float64 reference of ``rows`` of the inputs, identical rows stepped once;
-        a set of rows seen before (the same survivors) is not computed again."""
-        key = hashlib.sha1(rows.tobytes()).hexdigest()
-        if key not in self._references:
-            self._references[key] = bounded_reference(self.network, self.inputs[rows],
-                                                      dedup=True)
-        return self._references[key]
+    def reference(self, rows: np.ndarray, *, keep: bool = False) -> BoundedReference:
+        """The float64 reference of ``rows`` of the inputs, identical rows stepped once.
+
+        With ``keep``, it is kept for the next call with the same rows (the survivors of
+        the next run), in place of the one kept before."""
+        key = hashlib.sha1(np.ascontiguousarray(rows, dtype=np.int64).tobytes()).hexdigest()
+        if self._kept is not None and self._kept[0] == key:
+            return self._kept[1]
+        reference = bounded_reference(self.network, self.inputs[rows], dedup=True)
+        if keep:
+            self._kept = (key, reference)
+        return reference
 
     def _kernel(self, rows: np.ndarray) -> sp.csr_matrix:
         """The serial kernel without deduplication on ``rows`` of the inputs."""
@@ -156,29 +162,33 @@ class SampledCheck:
             return SampleVerdict(False, float("inf"), 0, 0, seed)
         survivors = self.survivors(mine)
         others = self.others(survivors, seed)
-        verdicts: list[Verdict] = [check_result(mine[rows], self.reference(rows))
-                                   for rows in (survivors, others) if len(rows)]
+        references = {"survivors": self.reference(survivors, keep=True),
+                      "others": self.reference(others)}
+        verdicts: list[Verdict] = [check_result(mine[rows], references[name])
+                                   for name, rows in (("survivors", survivors),
+                                                      ("others", others)) if len(rows)]
         passed = all(v.passed for v in verdicts)
         if dedup and passed:
-            passed = self._agrees_without_dedup(mine, survivors, others, seed)
+            passed = self._agrees_without_dedup(mine, survivors, others, seed, references)
         return SampleVerdict(passed, max((v.max_abs_diff for v in verdicts), default=0.0),
                              len(survivors), len(others), seed,
                              sum(v.n_undecided for v in verdicts))
 
     def _agrees_without_dedup(self, mine: sp.csr_matrix, survivors: np.ndarray,
-                              others: np.ndarray, seed: int) -> bool:
+                              others: np.ndarray, seed: int,
+                              references: dict[str, BoundedReference]) -> bool:
         """The kernel without deduplication, on ``others`` and up to ``rows // 8`` of the
         survivors: the same rows survive as in ``mine``, within rounding of the reference."""
         rng = np.random.default_rng([seed, 1])
         size = min(len(survivors), max(1, self.rows // 8))
         picked = np.sort(rng.choice(survivors, size=size, replace=False))
-        for rows, among in ((picked, survivors), (others, others)):
+        for rows, among, name in ((picked, survivors, "survivors"), (others, others, "others")):
             if not len(rows):
                 continue
             plain = self._kernel(rows)
             if not np.array_equal(np.diff(plain.indptr) > 0, np.diff(mine[rows].indptr) > 0):
                 return False
-            reference = _some_rows(self.reference(among), np.searchsorted(among, rows))
+            reference = _some_rows(references[name], np.searchsorted(among, rows))
             if not check_result(plain, reference).passed:
                 return False
         return True
