@@ -81,8 +81,12 @@ check               ``PASS``/``FAIL``: every activation within float32 rounding 
                     ``check_against=truth``, the categories equal to the truth; for a
                     problem with ``check_rows``, on a sample of rows only (and, where
                     identical rows were computed once, the kernel without it agreeing)
-check_against       ``truth`` | ``reference`` | ``sample`` (the float64 reference of a
-                    sample of the rows: ``check_rows``)
+check_against       ``truth`` | ``reference`` | ``sample`` (the float64 reference of the
+                    run's survivors and a sample of its other rows: ``check_rows``)
+check_survivors,    a sampled check (``check_rows``): the run's survivors, all checked,
+check_others,       the other rows drawn at random and checked, and the seed of that
+check_seed          draw (fresh for each run); empty for a check of every row (and in
+                    records made before sampled checks said so)
 max_abs_diff        largest difference of any activation from the float64 reference
 versions            ``sdnn_dask, dask, distributed, numpy, scipy, numba, python`` versions
 ==================  =========================================================================
@@ -146,6 +150,7 @@ RUN_DTYPES: dict[str, str] = {
     "merge_blocks": _TEXT, "weights": _TEXT,
     "bytes_moved": _FLOAT, "predicted_volume": _FLOAT, "predicted_bytes": _FLOAT,
     "partition_s": _FLOAT, "check": _TEXT, "check_against": _TEXT,
+    "check_survivors": _INT, "check_others": _INT, "check_seed": _INT,
     "max_abs_diff": _FLOAT, "versions": _TEXT,
 }
 #: Every column of the layer records and its pandas dtype.
@@ -202,6 +207,7 @@ def run_records(
     repeat: int = 0,
     source: str = "",
     kernel: KernelSettings | None = None,
+    sample: tuple[int, int, int] | None = None,
 ) -> pd.DataFrame:
     """The per-block rows of one run: :data:`RUN_COLUMNS`, typed as :data:`RUN_DTYPES`.
 
@@ -219,6 +225,9 @@ def run_records(
         Where the problem came from.
     kernel
         The kernel settings its tasks used (default: this process's).
+    sample
+        Of a sampled check (``check_rows``): the survivors it checked, the other rows it
+        drew and the seed of the draw (``check_survivors, check_others, check_seed``).
     """
     blocks = result.blocks
     frame = blocks[["block", "worker", "rows", "survivors", "compute_s"]].copy()
@@ -281,6 +290,9 @@ def run_records(
         "partition_s": _or_nan(result.partition_seconds),
         "check": check,
         "check_against": check_against,
+        "check_survivors": None if sample is None else sample[0],
+        "check_others": None if sample is None else sample[1],
+        "check_seed": None if sample is None else sample[2],
         "max_abs_diff": np.nan if max_abs_diff is None else max_abs_diff,
         "versions": versions(),
     }

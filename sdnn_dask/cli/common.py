@@ -390,10 +390,10 @@ def parse_transports(value: str) -> list[str]:
 
 COMPARE_COLUMNS = ["strategy", "partition", "transport", "workers", "blocks", "parts",
                    "seconds", "edges_per_s", "speedup", "vs_kernel", "imbalance", "mb_moved",
-                   "predicted_volume", "check"]
+                   "predicted_volume", "check", "checked"]
 #: Columns left out of the terminal table when they are empty in every row (no model or
 #: hybrid run: no transport, nothing moved).
-_DROPPED_WHEN_EMPTY = ("transport", "mb_moved", "predicted_volume")
+_DROPPED_WHEN_EMPTY = ("transport", "mb_moved", "predicted_volume", "checked")
 
 #: The legend under the terminal table: one short line per column that is not obvious
 #: (what :func:`sdnn_dask.report.tables.comparison` computes, in its units).
@@ -406,6 +406,8 @@ COMPARE_NOTES = {
     "dense_threshold": "the kernel's dense-step threshold (above 1: never dense)",
     "chunk_bytes": "the kernel's dense tile size, bytes",
     "dedup": "on: identical live rows computed once; off: every row computed",
+    "checked": "sampled check (check_rows): every survivor + other rows drawn afresh per run "
+               "(empty: every row checked)",
     "placement": "data: static (block b on worker b mod P) or dynamic (a queue)",
     "merge_blocks": "data: merged (a worker's blocks share tiles) or alone",
     "weights": "resident (every worker holds the weights) or streamed from a store",

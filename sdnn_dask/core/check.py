@@ -62,12 +62,16 @@ class BoundedReference:
         within rounding (not checked by value or category).
     undecided_layer
         For each undecided row, the first layer where that happened.
+    rows_per_layer
+        Rows stepped through each layer (identical rows once where ``dedup`` merged
+        them); ``None`` where not counted.
     """
 
     output: sp.csr_matrix
     bound: sp.csr_matrix
     undecided: np.ndarray
     undecided_layer: np.ndarray
+    rows_per_layer: np.ndarray | None = None
 
     @property
     def categories(self) -> np.ndarray:
@@ -75,13 +79,26 @@ class BoundedReference:
         return np.flatnonzero(np.diff(self.output.indptr)).astype(np.int64)
 
 
-def bounded_reference(network: Network, inputs: sp.spmatrix | sp.sparray
-                      ) -> BoundedReference:
+def bounded_reference(network: Network, inputs: sp.spmatrix | sp.sparray, *,
+                      dedup: bool = False) -> BoundedReference:
     """Run the recurrence in float64 with error bounds (see the module docstring).
 
     Rows are dropped as soon as they are dead (every entry zero with margin: exactly zero
     in any float32 evaluation) or undecided, so the cost is close to a float64 run of the
     plain reference.
+
+    Parameters
+    ----------
+    network, inputs
+        The network and the ``rows x N`` inputs (taken exactly as float32).
+    dedup
+        Before each layer, merge the live rows that are identical in pattern and float64
+        values (:func:`_merge_identical`): each is stepped once, with the elementwise
+        largest of its members' error bounds, and its verdicts (dead, undecided) hold for
+        every member. The values are the same bits as without it; a bound can only be
+        larger (so a row can only become undecided, never wrongly decided), and is the
+        same where the merged rows had the same bounds. Deep challenge layers, where the
+        survivors converge to a few distinct rows, then cost a few rows each.
 
     Examples
     --------
@@ -96,6 +113,10 @@ def bounded_reference(network: Network, inputs: sp.spmatrix | sp.sparray
     >>> bounded_reference(Network([w], bias=0.5, ymax=32), sp.csr_matrix([[1.0, 1.0]])
     ...                   ).undecided.tolist()
     [0]
+    >>> # three equal rows are stepped as one
+    >>> ref = bounded_reference(net, sp.csr_matrix([[3.0, 0.0]] * 3), dedup=True)
+    >>> ref.output.toarray().tolist(), ref.rows_per_layer.tolist()
+    ([[9.0, 0.0], [9.0, 0.0], [9.0, 0.0]], [1, 1])
     """
     y32 = as_csr32(inputs)
     n_rows, n = y32.shape
@@ -108,40 +129,144 @@ def bounded_reference(network: Network, inputs: sp.spmatrix | sp.sparray
     yp, yi = y32.indptr.astype(np.int64), y32.indices.astype(np.int32)
     yx = y32.data.astype(np.float64)
     ye = np.zeros_like(yx)  # the inputs are exact
-    live = np.arange(n_rows)
+    owner = np.arange(n_rows)  # each input row's live row; -1 once dead or undecided
     undecided: list[np.ndarray] = []
     undecided_layer: list[np.ndarray] = []
+    stepped: list[int] = []
     for layer, w32 in enumerate(network.layers, start=1):
-        if not len(live):
+        if len(yp) == 1:  # no live row
             break
-        w = w32.astype(np.float64)
-        n_terms = int(np.diff(w.tocsc().indptr).max(initial=0)) + 1
+        if dedup and len(yp) > 2:  # two rows or more
+            yp, yi, yx, ye, group = _merge_identical(yp, yi, yx, ye)
+            if group is not None:
+                owner = _follow(owner, group)
+        stepped.append(len(yp) - 1)
+        w = sp.csr_matrix(w32)
+        # the most terms of any column's sum (a count per column, without a transpose)
+        n_terms = int(np.bincount(w.indices, minlength=n).max(initial=0)) + 1
         gamma = n_terms * U32 / (1.0 - n_terms * U32)
+        # float32 weights go in as they are: each product is formed in float64, exactly
+        # as from a float64 copy
         yp, yi, yx, ye, jump = _bounded_layer(yp, yi, yx, ye, w.indptr, w.indices, w.data,
                                               bias, ymax, gamma, n)
-        bad_rows = np.flatnonzero(jump)
-        if len(bad_rows):
-            undecided.append(live[bad_rows])
-            undecided_layer.append(np.full(len(bad_rows), layer))
+        if jump.any():  # every input row stepped as an undecided row is undecided
+            hit = np.flatnonzero((owner >= 0) & jump[np.maximum(owner, 0)])
+            undecided.append(hit)
+            undecided_layer.append(np.full(len(hit), layer))
         counts = np.diff(yp)
         alive = (counts > 0) & ~jump
         if not alive.all():  # drop dead and undecided rows
             keep = np.repeat(alive, counts)
             yi, yx, ye = yi[keep], yx[keep], ye[keep]
             yp = np.concatenate([[0], np.cumsum(counts[alive])])
-            live = live[alive]
-    y = sp.csr_matrix((yx, yi, yp), shape=(len(live), n))
-    e = sp.csr_matrix((ye, yi.copy(), yp.copy()), shape=(len(live), n))
+            owner = _follow(owner, np.where(alive, np.cumsum(alive) - 1, -1))
     out = sp.csr_matrix((n_rows, n), dtype=np.float64)
     bound = sp.csr_matrix((n_rows, n), dtype=np.float64)
-    if len(live):
-        coo, eco = y.tocoo(), e.tocoo()
-        out = sp.csr_matrix((coo.data, (live[coo.row], coo.col)), shape=(n_rows, n))
-        bound = sp.csr_matrix((eco.data, (live[eco.row], eco.col)), shape=(n_rows, n))
+    rows = np.flatnonzero(owner >= 0)
+    if len(rows):
+        n_live = len(yp) - 1
+        y = sp.csr_matrix((yx, yi, yp), shape=(n_live, n))[owner[rows]].tocoo()
+        e = sp.csr_matrix((ye, yi.copy(), yp.copy()), shape=(n_live, n))[owner[rows]].tocoo()
+        out = sp.csr_matrix((y.data, (rows[y.row], y.col)), shape=(n_rows, n))
+        bound = sp.csr_matrix((e.data, (rows[e.row], e.col)), shape=(n_rows, n))
     ids = np.concatenate(undecided) if undecided else np.empty(0, np.int64)
     first = np.concatenate(undecided_layer) if undecided_layer else np.empty(0, np.int64)
     order = np.argsort(ids, kind="stable")
-    return BoundedReference(out, bound, ids[order].astype(np.int64), first[order])
+    return BoundedReference(out, bound, ids[order].astype(np.int64), first[order],
+                            np.asarray(stepped, dtype=np.int64))
+
+
+def _follow(owner: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """``owner`` (input row -> live row, -1 for none) after the live rows are renumbered
+    by ``new`` (old live row -> new live row, -1 for dropped)."""
+    return np.where(owner >= 0, new[np.maximum(owner, 0)], -1)
+
+
+def _merge_identical(yp: np.ndarray, yi: np.ndarray, yx: np.ndarray, ye: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                np.ndarray | None]:
+    """Keep one row of each set of live rows equal in pattern and float64 bits.
+
+    Returns the merged CSR arrays and bounds, and each old row's new row (``None`` when no
+    two rows were equal: the arrays are returned as they were).
+
+    Why the merged bound (the elementwise largest of the members'; they share a pattern)
+    is sound: a member's values are the representative's, so its next layer's sums are
+    too, and the bound recurrence ``E_z = e_prev @ |W| + gamma (|y_prev| @ |W|)`` is
+    nondecreasing in ``e_prev`` (``|W| >= 0``). With a larger bound every decision
+    :func:`_bounded_layer` takes is one the member's own bound would take too (``z + b <=
+    -E`` implies it for a smaller ``E``; likewise the clamp), or the entry is kept with a
+    bound covering its zero, or the row is called undecided: never a wrong verdict, only a
+    weaker one. So the merged row's bounds hold for every member through every later layer.
+    """
+    first = _identical_rows(yp, yi, yx)
+    own = np.arange(len(first))
+    reps = first == own
+    if reps.all():
+        return yp, yi, yx, ye, None
+    renumber = np.cumsum(reps) - 1  # the new row of each representative
+    group = renumber[first]
+    counts = np.diff(yp)
+    keep = np.repeat(reps, counts)
+    new_p = np.concatenate([[0], np.cumsum(counts[reps])])
+    # each entry's place in its representative's row: the same offset (same pattern)
+    offset = np.arange(len(yi)) - np.repeat(yp[:-1], counts)
+    target = np.repeat(new_p[group], counts) + offset
+    new_e = np.zeros(int(new_p[-1]))
+    np.maximum.at(new_e, target, ye)
+    return new_p, yi[keep], yx[keep], new_e, group
+
+
+@numba.njit(nogil=True, cache=True)
+def _mix64(h, x):  # pragma: no cover - compiled
+    h ^= x
+    h *= np.uint64(0x100000001B3)
+    h ^= h >> np.uint64(29)
+    return h
+
+
+@numba.njit(nogil=True, cache=True)
+def _identical_rows(yp, yi, yx):  # pragma: no cover - compiled
+    """For each CSR row, the first row equal to it (pattern and float64 bits; itself when
+    none is): rows are hashed, and a row is merged only after an exact comparison with
+    the earlier row of its hash (a hash collision keeps both)."""
+    nrows = yp.shape[0] - 1
+    bits = yx.view(np.uint64)
+    h = np.empty(nrows, np.uint64)
+    for r in range(nrows):
+        acc = np.uint64(0xCBF29CE484222325)
+        for p in range(yp[r], yp[r + 1]):
+            acc = _mix64(_mix64(acc, np.uint64(yi[p])), bits[p])
+        h[r] = _mix64(acc, np.uint64(yp[r + 1] - yp[r]))
+    order = np.argsort(h, kind="mergesort")  # stable: a hash's rows in row order
+    first = np.arange(nrows)
+    reps = np.empty(nrows, np.int64)
+    i = 0
+    while i < nrows:
+        j = i
+        while j < nrows and h[order[j]] == h[order[i]]:
+            j += 1
+        m = 0  # distinct rows of this hash so far
+        for a in range(i, j):
+            r = order[a]
+            length = yp[r + 1] - yp[r]
+            for t in range(m):
+                s = reps[t]
+                if yp[s + 1] - yp[s] != length:
+                    continue
+                same = True
+                for k in range(length):
+                    if yi[yp[r] + k] != yi[yp[s] + k] or bits[yp[r] + k] != bits[yp[s] + k]:
+                        same = False
+                        break
+                if same:
+                    first[r] = s
+                    break
+            if first[r] == r:
+                reps[m] = r
+                m += 1
+        i = j
+    return first
 
 
 @numba.njit(nogil=True, cache=True)

@@ -38,6 +38,8 @@ from .summary import (
     COLUMN_NOTES,
     PROJECTION_COLUMNS,
     projection_table,
+    sampled_note,
+    sampled_text,
     shown_columns,
     summary_markdown,
 )
@@ -65,7 +67,8 @@ HEADERS = {
     "predicted_volume": "predicted volume (km1)", "objective": "hypergraph objective",
     "gb_predicted": "GB forecast", "gb_worker_in": "GB into a worker",
     "gb_worker_forecast": "GB into a worker, forecast",
-    "check": "check", "network": "network", "rows": "rows", "measured_s": "measured (s)",
+    "check": "check", "checked": "rows checked", "network": "network", "rows": "rows",
+    "measured_s": "measured (s)",
     "projected_s": "projected (s)", "error_pct": "error", "held_out": "held out",
     "weights": "weights", "row_groups": "row groups", "weight_gb": "weights a worker (GB)",
     "peak_gb": "peak a worker (GB)", "read_gb": "store read a worker (GB)",
@@ -73,7 +76,8 @@ HEADERS = {
     "nbuckets": "hash buckets", "epsilon": "hypergraph ε", "dense_threshold":
     "dense threshold", "chunk_bytes": "dense tile (bytes)", "merge_blocks": "blocks merged",
 }
-_TEXT_COLUMNS = {"strategy", "partition", "row_partition", "transport", "check", "network",
+_TEXT_COLUMNS = {"strategy", "partition", "row_partition", "transport", "check", "checked",
+                 "network",
                  "held_out", "weights", "dedup", "placement", "merge_blocks", "objective"}
 
 
@@ -372,7 +376,8 @@ def _failure_html(failed: pd.DataFrame) -> str:
                      f"{int(row['inputs']):,} inputs: {html.escape(what)}; run "
                      f"<code>{html.escape(str(row['run_id']))}</code>, largest difference "
                      f"{html.escape(diff)} (against "
-                     f"{html.escape(str(row['check_against']) or 'reference')})</li>")
+                     f"{html.escape(str(row['check_against']) or 'reference')}"
+                     f"{html.escape(sampled_text(row))})</li>")
     return (f'<section class="failures" id="failures"><h2>{len(failed)} run(s) FAILED the '
             f"check</h2><ul>{''.join(items)}</ul></section>")
 
@@ -418,7 +423,7 @@ def render_html(rep: Report) -> str:
         f'<p class="meta">study <code>{esc(str(table["study"].iloc[0]))}</code>, '
         f"{len(table)} runs recorded {esc(str(table['time'].min()))} to "
         f"{esc(str(table['time'].max()))} on {esc(hosts)}; checked against {esc(checked)}"
-        f"{_largest(table)}.</p>",
+        f"{_largest(table)}{esc(sampled_note(table).replace('`', ''))}.</p>",
     ]
     if len(rep.failures):
         parts.append(_failure_html(rep.failures))

@@ -19,6 +19,7 @@ from .tables import (
     SERIAL,
     SETTINGS,
     STRATEGY_ORDER,
+    checked_text,
     comparison,
     describe,
     failures,
@@ -35,7 +36,8 @@ SHOWN = ["strategy", "partition", "row_partition", "transport", "placement",
          "merge_blocks", "weights", "workers", "blocks", "parts", "seed", "nbuckets",
          "epsilon", "objective", "dense_threshold", "chunk_bytes", "dedup", "repeats",
          "seconds", "edges_per_s", "speedup", "vs_kernel", "vs_data", "imbalance",
-         "survivor_imbalance", "mb_moved", "mb_predicted", "predicted_volume", "check"]
+         "survivor_imbalance", "mb_moved", "mb_predicted", "predicted_volume", "check",
+         "checked"]
 
 #: What each column of the comparison means (the reports' legend).
 COLUMN_NOTES = {
@@ -83,6 +85,9 @@ COLUMN_NOTES = {
                "(read from a network store layer by layer); shown when runs differ",
     "work_imbalance": "max/mean of the live row-layers (rows entering a layer, summed over "
                       "the layers: the work actually done) over the blocks",
+    "checked": "a sampled check (the problem's check_rows): every survivor of each run's "
+               "result and this many of its other rows, drawn afresh for each run (the "
+               "seeds are in the records); empty where every row was checked",
 }
 #: Columns shown only when configurations differ in them (else they are the defaults).
 SHOWN_WHEN_VARYING = SETTINGS
@@ -107,6 +112,21 @@ def shown_columns(cmp: pd.DataFrame, columns: Sequence[str] = SHOWN) -> list[str
     return keep
 
 
+def sampled_note(table: pd.DataFrame) -> str:
+    """What the reports say under the setup when some runs were checked on a sample."""
+    if table["check_survivors"].isna().all():
+        return ""
+    return ("; runs of a problem with check_rows on every survivor of their result and a "
+            "sample of their other rows only (column `checked`)")
+
+
+def sampled_text(row: pd.Series) -> str:
+    """``, sampled: 2416 survivors + 64 others, seed 123`` for a run checked on a sample
+    (``check_rows``), else ``""``."""
+    text = checked_text(row["check_survivors"], row["check_survivors"], row["check_others"])
+    return f", sampled: {text}, seed {int(row['check_seed'])}" if text else ""
+
+
 def _failure_lines(failed: pd.DataFrame) -> list[str]:
     lines = [f"**{len(failed)} run(s) FAILED the check:**", ""]
     for _, row in failed.iterrows():
@@ -114,7 +134,7 @@ def _failure_lines(failed: pd.DataFrame) -> list[str]:
             f"{row['strategy']} ({describe(row)})"
         lines.append(f"- **FAIL** `{row['network']}`, {int(row['inputs']):,} inputs: {what}, "
                      f"run `{row['run_id']}` (largest difference {row['max_abs_diff']:.2g}, "
-                     f"against {row['check_against'] or 'reference'})")
+                     f"against {row['check_against'] or 'reference'}{sampled_text(row)})")
     return [*lines, ""]
 
 
@@ -155,7 +175,7 @@ def summary_markdown(records: pd.DataFrame, *, title: str = "sdnn_dask compariso
         f"- check: categories against {checked}; every run's activations within float32 "
         f"rounding of a float64 reference"
         + ("" if pd.isna(diff := table["max_abs_diff"].max())
-           else f" (largest difference {diff:.2g})"),
+           else f" (largest difference {diff:.2g})") + sampled_note(table),
         "",
     ]
     if plot_note:

@@ -136,14 +136,16 @@ def comparison(records: pd.DataFrame, baseline: str = "reference") -> pd.DataFra
     pandas.DataFrame
         :data:`CONFIG`, then ``repeats, seconds, seconds_min, seconds_max, edges_per_s,
         speedup, vs_kernel, vs_data, imbalance, survivor_imbalance, work_imbalance,
-        max_block_s, mb_moved, mb_predicted, predicted_volume, check, neurons, layers,
-        edges``, sorted by
+        max_block_s, mb_moved, mb_predicted, predicted_volume, check, checked, neurons,
+        layers, edges``, sorted by
         :func:`sort_configurations`. ``seconds`` and ``edges_per_s`` are medians over the
         repeats, ``seconds_min`` and ``seconds_max`` the fastest and slowest repeat's
         seconds (:func:`with_spread` shows them beside the median); ``mb_moved`` the
         median of the bytes moved between workers (model and hybrid runs), in MB, and
         ``mb_predicted`` the bytes forecast before the run;
-        ``check`` is ``PASS`` only if every repeat passed.
+        ``check`` is ``PASS`` only if every repeat passed; ``checked`` says what a
+        sampled check (``check_rows``) covered (:func:`checked_text`), empty where every
+        row was checked.
 
         ``vs_data`` is the data-parallelism ratio: the median seconds of the fastest
         data-parallel configuration of the same network with the **same number of workers**,
@@ -167,10 +169,15 @@ def comparison(records: pd.DataFrame, baseline: str = "reference") -> pd.DataFra
         mb_predicted=("predicted_bytes", lambda b: b.median() / 1e6),
         predicted_volume=("predicted_volume", "first"),
         check=("check", lambda c: "PASS" if (c == "PASS").all() else "FAIL"),
+        survivors_lo=("check_survivors", "min"),
+        survivors_hi=("check_survivors", "max"),
+        others=("check_others", "max"),
         neurons=("neurons", "first"),
         layers=("layers", "first"),
         edges=("edges", "first"),
     ).reset_index()
+    out["checked"] = [checked_text(lo, hi, others) for lo, hi, others in
+                      zip(out["survivors_lo"], out["survivors_hi"], out["others"], strict=True)]
     strategy = out["strategy"].astype(str)
     passed = out["check"] == "PASS"  # a run that failed its check is no baseline
     out["speedup"] = _best_seconds(out, passed & (strategy == baseline)) / out["seconds"]
@@ -180,8 +187,18 @@ def comparison(records: pd.DataFrame, baseline: str = "reference") -> pd.DataFra
     columns = [*CONFIG, "repeats", "seconds", "seconds_min", "seconds_max", "edges_per_s",
                "speedup", "vs_kernel", "vs_data", "imbalance", "survivor_imbalance",
                "work_imbalance", "max_block_s", "mb_moved", "mb_predicted", "predicted_volume",
-               "check", "neurons", "layers", "edges"]
+               "check", "checked", "neurons", "layers", "edges"]
     return sort_configurations(out[columns])
+
+
+def checked_text(survivors_lo: object, survivors_hi: object, others: object) -> str:
+    """What a configuration's sampled checks covered, ``2416 survivors + 64 others``
+    (survivors ``lo-hi`` where its repeats left different ones); ``""`` for a check of
+    every row (and for records made before sampled checks said what they covered)."""
+    if pd.isna(survivors_lo) or pd.isna(others):
+        return ""
+    lo, hi = int(survivors_lo), int(survivors_hi)
+    return f"{lo if lo == hi else f'{lo}-{hi}'} survivors + {int(others)} others"
 
 
 def spread_text(median: float, low: float, high: float, repeats: int = 2) -> str:

@@ -79,10 +79,11 @@ class ProblemSpec:
         ``official-like`` (the default: survivors cluster along the rows as in the
         official inputs) or ``iid`` (every row drawn independently).
     check_rows
-        Check each run on this many input rows drawn at random, plus up to an eighth as
-        many of its survivors, instead of on every row (:mod:`.sampling`): for networks
-        whose float64 reference of every row would take hours. ``None`` (the default)
-        checks every row.
+        Check each run on every one of its survivors (every row nonzero in its output)
+        and this many of its other rows, drawn at random afresh for each run (the seed
+        recorded), instead of on every row (:mod:`.sampling`): for networks whose float64
+        reference of every row would take hours. ``None`` (the default) checks every
+        row.
     """
 
     neurons: int = 1024
@@ -168,8 +169,7 @@ class Problem:
         if self.spec is None or self.spec.check_rows is None:
             return None
         if self._sampled is None:
-            self._sampled = SampledCheck(self.network, self.inputs, self.spec.check_rows,
-                                         self.spec.seed)
+            self._sampled = SampledCheck(self.network, self.inputs, self.spec.check_rows)
         return self._sampled
 
     def reference(self) -> BoundedReference:

@@ -215,8 +215,10 @@ class Runner:
             self._warm_up(spec, kernel.dedup)
             result = self.execute(spec)
         sampled = self.problem.sampled
-        if sampled is not None:  # too large to check whole: a sample of its rows
-            passed, diff, _ = sampled.verify(result.output, bool(result.params.get("dedup")))
+        sample = None
+        if sampled is not None:  # too large to check whole: its survivors and a sample
+            sample = sampled.verify(result.output, bool(result.params.get("dedup")))
+            passed, diff = sample.passed, sample.max_abs_diff
             if self.problem.truth is not None:  # the categories, every row
                 passed &= check_categories(result.categories, self.problem.truth).passed
             check = "PASS" if passed else "FAIL"
@@ -231,7 +233,9 @@ class Runner:
                                    check_against=against, max_abs_diff=diff,
                                    spec=config_key(self.problem.key(), spec),
                                    repeat=repeat,
-                                   source=source, kernel=kernel)
+                                   source=source, kernel=kernel,
+                                   sample=None if sample is None else
+                                   (sample.survivors, sample.others, sample.seed))
         layers = records.layer_records(result, study=self.study)
         return RunOutcome(spec, result, check, Records(runs, layers))
 

@@ -1,29 +1,87 @@
-"""Checking a run on a sample of its rows, for problems too large to check whole.
+"""Checking a run on every survivor and a sample of the other rows, for problems too large
+to check whole.
 
-The float64 reference (:func:`~sdnn_dask.core.check.bounded_reference`) steps every live
-row through every layer, as the papers' codes do: at 65536-1920 x 60000 it would take
-hours where the run takes a minute or two. A problem with ``check_rows`` (a study's
-problem entry) is checked instead on ``check_rows`` input rows drawn at random (most of
-them die early: they check that the run killed what it should) and up to an eighth as
-many of the run's own survivors (they check the deep layers), against the float64
-reference of those rows alone; and, where the run computed identical rows once, against
-the kernel without that on the same rows (:class:`SampledCheck`). Both are run once per
-sample: runs that leave the same survivors share them.
+The float64 reference (:func:`~sdnn_dask.core.check.bounded_reference`) of every input row
+takes hours at 65536-1920 x 60000 where the run takes a minute or two: most of that is
+the rows that die in the early layers. A problem with ``check_rows`` (a study's problem
+entry) is checked instead (:class:`SampledCheck`) on
+
+- **every survivor of the run's result**: every row nonzero in its output, so a wrong
+  value on any survivor, and a dead row wrongly revived, FAILs. Their float64 reference
+  steps identical rows once (``bounded_reference(..., dedup=True)``): past the first
+  20-30 challenge layers the survivors are one saturated row, so the deep layers cost
+  about one row each. Runs that leave the same survivors share this reference;
+- **``check_rows`` of the other rows**, drawn at random afresh for each run (a seed from
+  the operating system's entropy, recorded with the run): a row the run wrongly killed is
+  caught when drawn, so a run that kills ``m`` of ``n - s`` non-survivors wrongly is
+  missed with probability about ``(1 - m / (n - s)) ** check_rows``, and repeats draw
+  different rows;
+- and, where the run computed identical rows once (``dedup``), the kernel without that on
+  the sampled rows plus up to ``check_rows // 8`` survivors: the same categories, and
+  within float32 rounding of the reference.
+
+The verdict (:class:`SampleVerdict`) says how many survivors and other rows were checked,
+and with which seed; the records keep them (``check_survivors``, ``check_others``,
+``check_seed``), and the reports show ``N survivors + M others`` beside the verdict.
 """
 
 from __future__ import annotations
 
 import hashlib
+import secrets
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 
-from ..core.check import BoundedReference, bounded_reference, check_result
+from ..core.check import BoundedReference, Verdict, bounded_reference, check_result
 from ..core.kernels import KernelSettings, forward_block, stream_blocks
 from ..core.network import Network, as_csr32
 
 #: What a sampled check says it was checked against (``check_against`` in the records).
 SAMPLE = "sample"
+
+#: Bits of a drawn seed (exact in a float64, as the records' integer columns need).
+SEED_BITS = 48
+
+
+@dataclass(frozen=True)
+class SampleVerdict:
+    """The sampled check of one run.
+
+    Attributes
+    ----------
+    passed
+        Every survivor and every sampled other row within float32 rounding of the
+        float64 reference (:func:`~sdnn_dask.core.check.check_result`), and, where the
+        run deduplicated, the kernel without deduplication agreeing on the sample.
+    max_abs_diff
+        Largest difference from the float64 reference on the rows checked.
+    survivors
+        The run's survivors, all checked.
+    others
+        Other rows (not survivors of the run) drawn at random and checked.
+    seed
+        Seed of the draw of the other rows.
+    undecided
+        Rows checked that are undecided (:mod:`sdnn_dask.core.check`).
+    """
+
+    passed: bool
+    max_abs_diff: float
+    survivors: int
+    others: int
+    seed: int
+    undecided: int = 0
+
+    @property
+    def rows(self) -> int:
+        """Rows checked."""
+        return self.survivors + self.others
+
+    def __str__(self) -> str:
+        return (f"{'PASS' if self.passed else 'FAIL'} (sampled: {self.survivors} survivors "
+                f"+ {self.others} others, seed {self.seed})")
 
 
 class SampledCheck:
@@ -34,27 +92,46 @@ class SampledCheck:
     network, inputs
         The problem's network (in memory or streamed from a store) and inputs.
     rows
-        Input rows drawn at random; up to ``rows // 8`` (at least one) of a run's
-        survivors are added.
-    seed
-        Seed of the draws.
+        Other rows (not survivors of the run) drawn at random for each run; up to
+        ``rows // 8`` (at least one) survivors join them for the kernel without
+        deduplication.
     """
 
-    def __init__(self, network: Network, inputs: sp.csr_matrix, rows: int, seed: int = 0):
+    def __init__(self, network: Network, inputs: sp.csr_matrix, rows: int):
+        if int(rows) < 1:
+            raise ValueError(f"rows must be a positive integer, got {rows!r}")
         self.network, self.inputs = network, inputs
-        self.rows, self.seed = int(rows), int(seed)
-        self._references: dict[str, BoundedReference] = {}
-        self._plain: dict[str, sp.csr_matrix] = {}
+        self.rows = int(rows)
+        # the latest survivors' reference (runs of a problem mostly share their survivors);
+        # one only: at 65536 neurons it holds thousands of dense float64 rows
+        self._kept: tuple[str, BoundedReference] | None = None
 
-    def sample(self, output: sp.csr_matrix) -> np.ndarray:
-        """Sorted ids of the rows a run with ``output`` is checked on."""
-        n = self.inputs.shape[0]
-        rng = np.random.default_rng(self.seed)
-        drawn = rng.choice(n, size=min(self.rows, n), replace=False)
-        survivors = np.flatnonzero(np.diff(as_csr32(output).indptr))
-        picked = rng.choice(survivors, size=min(len(survivors), max(1, self.rows // 8)),
-                            replace=False) if len(survivors) else survivors
-        return np.union1d(drawn, picked).astype(np.int64)
+    def survivors(self, output: sp.csr_matrix) -> np.ndarray:
+        """Sorted ids of the rows nonzero in ``output``: every one is checked."""
+        if output.shape != self.inputs.shape:
+            raise ValueError(f"the output is {output.shape[0]} x {output.shape[1]}, the "
+                             f"inputs {self.inputs.shape[0]} x {self.inputs.shape[1]}")
+        return np.flatnonzero(np.diff(as_csr32(output).indptr)).astype(np.int64)
+
+    def others(self, survivors: np.ndarray, seed: int) -> np.ndarray:
+        """Sorted ids of up to ``rows`` non-survivors, drawn with ``seed``."""
+        rest = np.setdiff1d(np.arange(self.inputs.shape[0]), survivors)
+        drawn = np.random.default_rng(seed).choice(len(rest), size=min(self.rows, len(rest)),
+                                                   replace=False)
+        return np.sort(rest[drawn]).astype(np.int64)
+
+    def reference(self, rows: np.ndarray, *, keep: bool = False) -> BoundedReference:
+        """The float64 reference of ``rows`` of the inputs, identical rows stepped once.
+
+        With ``keep``, it is kept for the next call with the same rows (the survivors of
+        the next run), in place of the one kept before."""
+        key = hashlib.sha1(np.ascontiguousarray(rows, dtype=np.int64).tobytes()).hexdigest()
+        if self._kept is not None and self._kept[0] == key:
+            return self._kept[1]
+        reference = bounded_reference(self.network, self.inputs[rows], dedup=True)
+        if keep:
+            self._kept = (key, reference)
+        return reference
 
     def _kernel(self, rows: np.ndarray) -> sp.csr_matrix:
         """The serial kernel without deduplication on ``rows`` of the inputs."""
@@ -64,29 +141,62 @@ class SampledCheck:
             return stream_blocks(self.network, [x], settings)[0].to_csr()
         return forward_block(self.network, x, settings=settings).to_csr()
 
-    def verify(self, output: sp.csr_matrix, dedup: bool) -> tuple[bool, float, int]:
-        """Check ``output`` on its sample.
+    def verify(self, output: sp.csr_matrix, dedup: bool, seed: int | None = None
+               ) -> SampleVerdict:
+        """Check ``output`` on every survivor and ``rows`` other rows (module docstring).
 
-        Returns
-        -------
-        passed, max_abs_diff, rows
-            PASS iff the sampled rows are within float32 rounding of the float64
-            reference (:func:`~sdnn_dask.core.check.check_result`) and, where ``dedup``,
-            the kernel without deduplication gives those rows the same categories and
-            also passes; the largest difference from the reference; the rows checked.
+        Parameters
+        ----------
+        output
+            The run's ``rows x N`` result.
+        dedup
+            The run computed identical rows once: the kernel without that is run on the
+            sampled rows too.
+        seed
+            Seed of the other rows' draw; default a fresh one from the operating system
+            (:func:`secrets.randbits`), so every call draws different rows.
         """
-        rows = self.sample(output)
-        key = hashlib.sha1(rows.tobytes()).hexdigest()
-        if key not in self._references:
-            self._references[key] = bounded_reference(self.network, self.inputs[rows])
-        reference = self._references[key]
-        mine = as_csr32(output)[rows]
-        verdict = check_result(mine, reference)
-        passed = verdict.passed
+        seed = secrets.randbits(SEED_BITS) if seed is None else int(seed)
+        mine = as_csr32(output)
+        if mine.shape != self.inputs.shape:  # not an answer to these inputs
+            return SampleVerdict(False, float("inf"), 0, 0, seed)
+        survivors = self.survivors(mine)
+        others = self.others(survivors, seed)
+        references = {"survivors": self.reference(survivors, keep=True),
+                      "others": self.reference(others)}
+        verdicts: list[Verdict] = [check_result(mine[rows], references[name])
+                                   for name, rows in (("survivors", survivors),
+                                                      ("others", others)) if len(rows)]
+        passed = all(v.passed for v in verdicts)
         if dedup and passed:
-            if key not in self._plain:
-                self._plain[key] = self._kernel(rows)
-            plain = self._plain[key]
-            same_rows = np.array_equal(np.diff(plain.indptr) > 0, np.diff(mine.indptr) > 0)
-            passed = same_rows and check_result(plain, reference).passed
-        return passed, verdict.max_abs_diff, len(rows)
+            passed = self._agrees_without_dedup(mine, survivors, others, seed, references)
+        return SampleVerdict(passed, max((v.max_abs_diff for v in verdicts), default=0.0),
+                             len(survivors), len(others), seed,
+                             sum(v.n_undecided for v in verdicts))
+
+    def _agrees_without_dedup(self, mine: sp.csr_matrix, survivors: np.ndarray,
+                              others: np.ndarray, seed: int,
+                              references: dict[str, BoundedReference]) -> bool:
+        """The kernel without deduplication, on ``others`` and up to ``rows // 8`` of the
+        survivors: the same rows survive as in ``mine``, within rounding of the reference."""
+        rng = np.random.default_rng([seed, 1])
+        size = min(len(survivors), max(1, self.rows // 8))
+        picked = np.sort(rng.choice(survivors, size=size, replace=False))
+        for rows, among, name in ((picked, survivors, "survivors"), (others, others, "others")):
+            if not len(rows):
+                continue
+            plain = self._kernel(rows)
+            if not np.array_equal(np.diff(plain.indptr) > 0, np.diff(mine[rows].indptr) > 0):
+                return False
+            reference = _some_rows(references[name], np.searchsorted(among, rows))
+            if not check_result(plain, reference).passed:
+                return False
+        return True
+
+
+def _some_rows(reference: BoundedReference, where: np.ndarray) -> BoundedReference:
+    """The rows ``where`` (sorted positions) of ``reference``, as a reference of their own."""
+    hit = np.isin(reference.undecided, where)
+    return BoundedReference(reference.output[where], reference.bound[where],
+                            np.searchsorted(where, reference.undecided[hit]),
+                            reference.undecided_layer[hit])

@@ -161,3 +161,70 @@ def test_the_tolerance_is_the_bound_itself(sign):
             assert verdict.passed is passes, (row, col, factor, str(verdict))
             if not passes:
                 assert verdict.wrong_rows == (row,), str(verdict)
+
+
+def _same_bits(a: sp.csr_matrix, b: sp.csr_matrix) -> bool:
+    a, b = sp.csr_matrix(a), sp.csr_matrix(b)
+    return (a.shape == b.shape and np.array_equal(a.indptr, b.indptr)
+            and np.array_equal(a.indices, b.indices)
+            and np.array_equal(a.data.view(np.uint64), b.data.view(np.uint64)))
+
+
+@pytest.mark.parametrize("order", ["official-like", "iid"])
+def test_dedup_reference_is_the_same_bits_on_radixnet(order):
+    """Generated networks' survivors converge to one saturated row (its bounds all 0): the
+    deduplicated reference steps one row per deep layer and gives every output, bound and
+    undecided row bit for bit as without it."""
+    net = make_network(1024, 60, seed=0)
+    x = make_inputs(2000, 1024, seed=0, order=order)
+    plain, merged = bounded_reference(net, x), bounded_reference(net, x, dedup=True)
+    assert _same_bits(plain.output, merged.output) and _same_bits(plain.bound, merged.bound)
+    assert np.array_equal(plain.undecided, merged.undecided)
+    assert np.array_equal(plain.undecided_layer, merged.undecided_layer)
+    assert len(plain.categories) > 20
+    assert (merged.rows_per_layer[30:] == 1).all() and plain.rows_per_layer[-1] > 20
+
+
+@pytest.mark.parametrize("bias_kind", ["negative", "zero", "positive", "mixed"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_dedup_reference_on_integer_networks(seed, bias_kind):
+    """Small integer networks (tests/dense_reference.py), where rows converge with
+    different bounds: the values and the undecided rows are the same bits; every bound
+    is at least the row's own (the members' largest) and the same where the merged rows'
+    bounds were; and the exact answer passes."""
+    from dense_reference import dense_infer, integer_inputs, integer_network
+
+    rng = np.random.default_rng(seed)
+    weights, bias, ymax = integer_network(rng, 64, 12, 0.08, bias_kind)
+    net = Network(weights, bias=bias, ymax=ymax)
+    x = integer_inputs(rng, 400, 64, 0.1)
+    plain, merged = bounded_reference(net, x), bounded_reference(net, x, dedup=True)
+    assert _same_bits(plain.output, merged.output)
+    assert np.array_equal(plain.undecided, merged.undecided)
+    assert np.array_equal(plain.undecided_layer, merged.undecided_layer)
+    assert np.array_equal(plain.bound.indptr, merged.bound.indptr)
+    assert np.array_equal(plain.bound.indices, merged.bound.indices)
+    assert (merged.bound.data >= plain.bound.data).all()
+    exact = sp.csr_matrix(dense_infer(weights, bias, ymax, x))
+    assert check_result(exact, merged).passed
+    assert len(merged.rows_per_layer) == len(plain.rows_per_layer)
+    assert (merged.rows_per_layer <= plain.rows_per_layer).all()
+    if bias_kind == "negative":  # rows converge here: merged, some with larger bounds
+        assert merged.rows_per_layer[-1] < plain.rows_per_layer[-1] / 2
+        assert (merged.bound.data > plain.bound.data).any()
+
+
+def test_dedup_merged_bound_is_the_members_largest():
+    """Two rows with the same value after layer 1 but different bounds (one sum cancels):
+    merged for layer 2, both get the larger bound; a row equal to neither stays alone."""
+    w1 = sp.csr_matrix(np.array([[1.0, 0, 0], [1.0, 0, 0], [-1.0, 0, 0]], np.float32))
+    w2 = sp.identity(3, format="csr", dtype=np.float32)
+    net = Network([w1, w2], bias=-1.0, ymax=32)
+    x = sp.csr_matrix(np.array([[3.0, 0, 0], [0, 4.0, 1.0], [5.0, 0, 0]], np.float32))
+    plain, merged = bounded_reference(net, x), bounded_reference(net, x, dedup=True)
+    assert merged.rows_per_layer.tolist() == [3, 2]
+    assert _same_bits(plain.output, merged.output)
+    assert plain.output[0, 0] == plain.output[1, 0] == 1.0
+    assert plain.bound[0, 0] < plain.bound[1, 0]  # the cancelling row's bound is larger
+    assert merged.bound[0, 0] == merged.bound[1, 0] == plain.bound[1, 0]
+    assert merged.bound[2, 0] == plain.bound[2, 0]
