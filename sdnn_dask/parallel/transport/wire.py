@@ -1,4 +1,4 @@
-"""The exchange's short way between worker processes: plain sockets, no event loop.
+"""The exchange's short way between worker processes: blocking sockets, no event loop.
 
 A piece sent over a worker's comm goes from the sending thread to its event loop, through
 ``distributed``'s framing, to the receiver's event loop and on to the waiting thread:
@@ -19,10 +19,14 @@ pieces in sequence, so :class:`Wire` gives each worker process:
   both ends (offered in the hello, taken if the reader can map it, else the socket
   carries everything).
 
-Only for plain ``tcp://`` clusters (a TLS cluster's pieces keep to its comms, which carry
-its credentials), and only between workers whose wire addresses the client has handed
-out (:func:`~.direct.connect_peers`): anything else goes the comm's way. A connection
-that breaks tells the exchange its peer is lost, as a broken comm does.
+On ``tcp://`` clusters the sockets are plain; on ``tls://`` clusters they run TLS with
+the cluster's own credentials (the worker's :class:`distributed.Security`: its listening
+context for the listener, its connecting one for the connector, mutual authentication
+with the cluster's CA, as the cluster's comms do), so a peer without the cluster's
+certificate cannot complete a connection, and the frames are encrypted. Only between
+workers whose wire addresses the client has handed out (:func:`~.run.connect_peers`):
+anything else goes the comm's way. A connection that breaks tells the exchange its peer
+is lost, as a broken comm does.
 
 Who may talk: each wire has a random secret, handed out with its address (through the
 cluster's comms) and never sent on the wire itself. A new connection proves it holds it
@@ -30,12 +34,17 @@ before any of its bytes is parsed as anything but fixed-size handshake bytes, as
 :mod:`multiprocessing.connection` does: the listener sends a random nonce, the connector
 answers with its own nonce and an HMAC-SHA256 of both under the secret, and the listener
 answers with its HMAC of them (so the connector knows it reached the right process
-before it says anything). A connection that fails, or takes more than
-:data:`AUTH_TIMEOUT` seconds, is closed unread and is no lost peer. At most
+before it says anything). Under TLS this handshake runs inside the TLS session, after it:
+defence in depth, the secret naming one wire of the cluster where the certificate only
+names the cluster. A connection that fails (its TLS handshake or the HMAC's), or takes
+more than :data:`AUTH_TIMEOUT` seconds for both, is closed unread and is no lost peer. At most
 :data:`MAX_PENDING` connections wait to prove themselves at once (a new one closes the
 oldest), and at most :data:`MAX_CONNECTIONS` (plus one per known peer) are open at once
-(more are closed as they come). The frames are authenticated, not encrypted: on a
-network, anyone who can watch it can read them (:func:`crosses_network`).
+(more are closed as they come). Without TLS the frames are authenticated, not
+encrypted: on a network, anyone who can watch it can read them (:func:`crosses_network`;
+:func:`~.run.connect_peers` warns once per cluster). The shared-memory ring stays under
+TLS: it never leaves the host, its file is the user's alone (mode 0600), and its path and
+token go inside the TLS session.
 
 After the handshake the hello (a fixed struct: the sender's address and the ring it
 offers, by length) and then frames: a fixed prefix (magic, header length, buffer count),
@@ -60,6 +69,7 @@ import os
 import pickle
 import secrets
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -329,12 +339,19 @@ class Wire:
     ring
         Data bytes of the shared-memory ring offered to each peer on this host (0: none,
         the socket carries everything).
+    tls
+        ``(listening, connecting)`` SSL contexts (a cluster's
+        ``Security.get_listen_args(role)["ssl_context"]`` and
+        ``get_connection_args(role)["ssl_context"]``): every connection runs TLS with
+        them, the peer's certificate required both ways. None: plain sockets.
     """
 
     def __init__(self, host: str, here: str, deliver: Callable[[dict[str, Any]], None],
-                 lost: Callable[[str], None], *, ring: int = 0):
+                 lost: Callable[[str], None], *, ring: int = 0,
+                 tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None):
         self.here, self._deliver, self._lost = here, deliver, lost
         self._ring_size = ring
+        self._tls = _tls_contexts(tls)
         self.secret = secrets.token_hex(32)
         self._key = _key(self.secret)
         self._listener = socket.create_server((host, 0))
@@ -346,9 +363,11 @@ class Wire:
         self._closing = False
         self._accepted: set[socket.socket] = set()  # open, proved or not
         self._pending: dict[socket.socket, None] = {}  # not proved yet, oldest first
-        if crosses_network(host):
-            logger.warning("the sdnn wire listens on %s: its frames cross the network "
-                           "authenticated (HMAC) but not encrypted", host)
+        self.sent = 0  # messages written, for a caller to see the wire was used
+        # the client warns once per cluster when frames cross a network in the clear
+        # (connect_peers); every worker saying it again would only repeat it
+        if crosses_network(host) and self._tls is None:
+            logger.debug("the sdnn wire listens on %s without TLS", host)
         threading.Thread(target=self._accept, name="sdnn-wire-accept", daemon=True).start()
 
     def know(self, peers: dict[str, WireAddress]) -> None:
@@ -357,6 +376,11 @@ class Wire:
                  if a != self.here}
         with self._lock:
             self._peers.update(table)
+
+    @property
+    def encrypted(self) -> bool:
+        """Whether its connections run TLS."""
+        return self._tls is not None
 
     def reaches(self, address: str) -> bool:
         """Whether pieces for ``address`` can go this way."""
@@ -385,6 +409,12 @@ class Wire:
             sock = socket.create_connection((host, port), timeout=HANDSHAKE_TIMEOUT)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             _tune(sock)
+            if self._tls is not None:
+                try:  # the handshake under the timeout set above (a deadline for it all)
+                    sock = self._tls[1].wrap_socket(sock, server_side=False)
+                except OSError:
+                    sock.close()
+                    raise
             ring = (Ring.create(self._ring_size)
                     if self._ring_size and host == self.address[0] else None)
             try:
@@ -421,6 +451,7 @@ class Wire:
                     raise
                 raise ConnectionError(f"the connection closed: {error}") from error
             ringed = ring.bytes - before if ring is not None else 0
+            self.sent += 1
         return sum(memoryview(f).nbytes for f in frames) + ringed
 
     # -- receiving --------------------------------------------------------------------
@@ -435,6 +466,13 @@ class Wire:
                 time.sleep(0.05)  # out of descriptors: some close soon
                 continue
             oldest = None
+            if self._tls is not None:
+                try:  # no I/O here: the reader's thread does the handshake
+                    sock = self._tls[0].wrap_socket(sock, server_side=True,
+                                                    do_handshake_on_connect=False)
+                except OSError:
+                    sock.close()
+                    continue
             with self._lock:
                 if len(self._accepted) >= MAX_CONNECTIONS + len(self._peers):
                     sock.close()  # over the cap: closed as it comes, no thread
@@ -453,7 +491,13 @@ class Wire:
     def _read(self, sock: socket.socket) -> None:
         sender, ring = None, None
         try:
-            hello = _authenticate(sock, self._key)
+            deadline = time.monotonic() + AUTH_TIMEOUT  # TLS and HMAC handshakes, both
+            if isinstance(sock, ssl.SSLSocket):
+                # the deadline bounds the whole TLS handshake, however slow its bytes;
+                # no certificate of the cluster's: SSLError, closed with nothing parsed
+                sock.settimeout(max(deadline - time.monotonic(), 1e-3))
+                sock.do_handshake()
+            hello = _authenticate(sock, self._key, deadline - time.monotonic())
             if hello is None:
                 return  # not one of ours: closed unread
             with self._lock:
@@ -500,10 +544,37 @@ class Wire:
 
 
 def _shut(sock: socket.socket) -> None:
+    """Wake a thread blocked on ``sock`` (its reads end). The plain socket's shutdown
+    even for a TLS one: ``SSLSocket.shutdown`` drops its TLS state under the reader."""
     try:
-        sock.shutdown(socket.SHUT_RDWR)
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
     except OSError:
         pass
+
+
+def _tls_contexts(tls: tuple[ssl.SSLContext, ssl.SSLContext] | None
+                  ) -> tuple[ssl.SSLContext, ssl.SSLContext] | None:
+    """The wire's (listening, connecting) contexts, checked: both must verify the peer's
+    certificate (the cluster's mutual authentication)."""
+    if tls is None:
+        return None
+    try:
+        listening, connecting = tls
+    except (TypeError, ValueError):
+        raise TypeError("tls is a (listening, connecting) pair of ssl.SSLContext, "
+                        f"not {tls!r}") from None
+    for name, context in (("listening", listening), ("connecting", connecting)):
+        if not isinstance(context, ssl.SSLContext):
+            raise TypeError(f"the wire's {name} TLS context is {type(context).__name__}, "
+                            "not ssl.SSLContext")
+        if context.verify_mode != ssl.CERT_REQUIRED:
+            raise ValueError(f"the wire's {name} TLS context does not require the peer's "
+                             "certificate (verify_mode CERT_REQUIRED): a stranger could "
+                             "connect")
+    # no session tickets: nothing resumes a wire's session, and after its handshake the
+    # listener must write nothing the sender would read as the peer closing (ring.py)
+    listening.num_tickets = 0
+    return listening, connecting
 
 
 def _placer(ring: Ring, sock: socket.socket) -> Callable[[list[memoryview]], list[int]]:
