@@ -1,4 +1,5 @@
-"""The local cluster: a LocalCluster on this machine, listening on loopback only.
+"""The local cluster: a LocalCluster on this machine, listening on loopback only, with TLS
+(temporary credentials) by default: loopback is reachable by every process of the machine.
 
 Its worker processes are started with SIGINT blocked (:func:`_started_without_sigint`):
 they share the terminal's process group, so a Ctrl-C would otherwise raise
@@ -45,8 +46,11 @@ def make_local_cluster(
     threads_per_worker
         Threads per worker (default ``sdnn.local.threads-per-worker``, 1).
     security
-        See :func:`cluster_security`; default ``sdnn.local.security`` (``null``: TLS only if
-        ``host`` is not loopback). ``True`` secures even a loopback cluster.
+        See :func:`cluster_security`; default ``sdnn.local.security`` (``null``: TLS with
+        temporary credentials, on loopback too: on a shared machine any local process
+        could otherwise connect and run code as you). ``False``: plain TCP (warned
+        about if ``host`` is not loopback). Worker threads (``processes=False``) listen
+        on nothing: no TLS.
     quiet
         Add the :mod:`.quiet` preload to the workers' (default): they do not log again the
         errors of tasks, which the client raises.
@@ -84,7 +88,11 @@ def make_local_cluster(
     # clusters never collide on 8787.
     host = options.get("host") or "127.0.0.1"  # LocalCluster's default too
     exposed = bool(options.get("interface")) or not is_loopback(host)
-    secured = cluster_security(security, exposed=exposed, what=f"a LocalCluster on {host}")
+    if options["processes"]:
+        secured = cluster_security(security, exposed=exposed, default=True,
+                                   what=f"a LocalCluster on {host}")
+    else:  # in-process comms: nothing to secure, unless asked
+        secured = cluster_security(security if security else False, exposed=False)
     if secured is not None:
         options["security"] = secured
     if quiet:

@@ -10,6 +10,7 @@ import queue
 import shlex
 import socket
 import ssl
+import threading
 import time
 import warnings
 
@@ -214,6 +215,33 @@ def _wire_state(dask_worker):
             "sockets": sorted({type(s).__name__ for s, _, _ in wire._out.values()})}
 
 
+def _wire_address(dask_worker):
+    from sdnn_dask.parallel.transport.exchange import EXTENSION
+
+    return dask_worker.extensions[EXTENSION].wire_address()
+
+
+def _knock(address, marker, stranger: ssl.SSLContext, stop, count: list) -> None:
+    """Strangers, one after another until ``stop``: a pickle in the clear, a TLS client
+    with another cluster's certificate sending the pickle, a connection closed at once."""
+    evil = b"".join(_frames({"hello": Evil(marker), "sender": "tls://x"}))
+    i = 0
+    while not stop.is_set():
+        i += 1
+        try:
+            with socket.create_connection(address, timeout=2) as sock:
+                count[0] += 1
+                if i % 3 == 0:
+                    sock.sendall(evil)
+                    time.sleep(0.05)
+                elif i % 3 == 1:
+                    with stranger.wrap_socket(sock) as tls:
+                        tls.sendall(evil)
+        except OSError:  # refused in the TLS handshake, as it should be
+            pass
+        time.sleep(0.01)  # two cores: leave the run most of them
+
+
 def _outside_address() -> str | None:
     """An address of this machine beyond loopback, if it has one."""
     for addresses in psutil.net_if_addrs().values():
@@ -227,15 +255,18 @@ def _wire_warnings(caught) -> list[str]:
     return [str(w.message) for w in caught if "the workers' wire listens" in str(w.message)]
 
 
-def test_a_model_run_on_a_tls_cluster_goes_by_the_encrypted_wire():
+def test_a_model_run_on_a_tls_cluster_goes_by_the_encrypted_wire(tmp_path):
     """The run equals the serial reference, its pieces went by the wire (each worker's
     wire wrote messages, over TLS sockets), and no unencrypted-frames warning is given,
-    even where the cluster listens beyond loopback."""
+    even where the cluster listens beyond loopback; all while strangers (no certificate,
+    or another cluster's) knock on every worker's wire, never getting a pickle read."""
     from sdnn_dask.cluster import cluster_client
     from sdnn_dask.data.radixnet import make_inputs, make_network
     from sdnn_dask.parallel import ModelParallelExecutor, run_serial
+    from sdnn_dask.parallel.transport.run import ensure_exchange
     from sdnn_dask.testing import assert_same_result
 
+    marker = tmp_path / "pwned"
     net = make_network(1024, 12, seed=5)
     inputs = make_inputs(600, 1024, seed=5)
     reference = run_serial(net, inputs, "kernel")
@@ -245,11 +276,29 @@ def test_a_model_run_on_a_tls_cluster_goes_by_the_encrypted_wire():
         with cluster_client("local", n_workers=2, security=True, host=host) as client:
             assert all(w.startswith("tls://") for w in client.nthreads())
             executor = ModelParallelExecutor(client, net)
-            for _ in range(2):
-                result = executor.run(inputs, partition="hash", k=2)
-                assert_same_result(result, reference)
-                assert result.transport == "direct"
+            ensure_exchange(client)
+            addresses = client.run(_wire_address)
+            stranger = Security.temporary().get_connection_args("worker")["ssl_context"]
+            stop = threading.Event()
+            counts = [[0] for _ in addresses]
+            knockers = [threading.Thread(target=_knock, daemon=True,
+                                         args=(tuple(a[:2]), marker, stranger, stop, c))
+                        for a, c in zip(addresses.values(), counts, strict=True)]
+            for t in knockers:
+                t.start()
+            try:
+                for _ in range(2):
+                    result = executor.run(inputs, partition="hash", k=2)
+                    assert_same_result(result, reference)
+                    assert result.transport == "direct"
+            finally:
+                stop.set()
+                for t in knockers:
+                    t.join(timeout=10)
             state = client.run(_wire_state)
+            assert client.run(_wire_address) == addresses  # the same wires throughout
+    assert all(c[0] > 4 for c in counts)  # they did knock, on every worker
+    assert not marker.exists()
     assert all(s is not None and s["encrypted"] and s["sent"] > 0 for s in state.values())
     assert all(s["sockets"] == ["SSLSocket"] for s in state.values())
     assert _wire_warnings(caught) == []
