@@ -87,6 +87,10 @@ logger = logging.getLogger(__name__)
 PREFIX = struct.Struct("!4sQI")
 MAGIC = b"SDNW"
 ENTRY = struct.Struct("!QQ")  # a buffer's length, and where it is
+#: Where a buffer too large for the message's ring span is: streamed through the ring in
+#: chunks after the header, each announced on the socket by an ENTRY (its length, its
+#: ring position + 1), so a piece larger than the ring never falls back to the socket.
+STREAMED = (1 << 64) - 1
 
 #: Buffers from this size on go by the ring where there is one: below it the socket's
 #: cost is the call's, not the bytes'.
@@ -291,8 +295,47 @@ def _frames(msg: dict[str, Any],
             f"{MAX_FRAME_BYTES}): send it in pieces")
     where = place(buffers) if place is not None else [0] * len(buffers)
     entries = b"".join(ENTRY.pack(b.nbytes, w) for b, w in zip(buffers, where, strict=True))
-    inline = [b for b, w in zip(buffers, where, strict=True) if w == 0]
-    return [PREFIX.pack(MAGIC, len(header), len(buffers)) + entries + header, *inline]
+    after = [b if w == 0 else _Streamed(b) for b, w in zip(buffers, where, strict=True)
+             if w in (0, STREAMED)]
+    return [PREFIX.pack(MAGIC, len(header), len(buffers)) + entries + header, *after]
+
+
+class _Streamed:
+    """A buffer that goes through the ring in chunks after the frame's header, each
+    announced on the socket (:data:`STREAMED`)."""
+
+    def __init__(self, buffer: memoryview):
+        self.buffer = buffer
+
+
+def _stream(sock: socket.socket, ring: Ring, buffer: memoryview) -> int:
+    """Write ``buffer`` through ``ring`` in chunks of at most its limit, each followed by
+    its place on ``sock`` (the reader takes each as its notice comes, which frees the
+    space for the next); the socket's bytes."""
+    step, view, sent = ring.limit(), buffer.cast("B"), 0
+    for start in range(0, view.nbytes, step):
+        chunk = view[start:start + step]
+        position = ring.write([chunk], sock)[0]
+        notice = ENTRY.pack(chunk.nbytes, position + 1)
+        sock.sendall(notice)
+        sent += len(notice)
+    return sent
+
+
+def _recv_streamed(sock: socket.socket, ring: Ring, nbytes: int) -> bytearray | memoryview:
+    """A :data:`STREAMED` buffer of ``nbytes`` (bounded by the caller): its chunks'
+    notices from ``sock``, each checked before its bytes are taken from ``ring``."""
+    out = bytearray(nbytes) if nbytes < LAZY_BYTES else np.empty(nbytes, np.uint8)
+    view = memoryview(out).cast("B")
+    got = 0
+    while got < nbytes:
+        chunk, where = ENTRY.unpack(_recv_exactly(sock, ENTRY.size))
+        if where in (0, STREAMED) or not 0 < chunk <= nbytes - got:
+            raise FrameError(f"a streamed buffer's chunk of {chunk} bytes at {where} "
+                             f"({got} of {nbytes} bytes taken)")
+        ring.take_into(where - 1, view[got:got + chunk])  # checks the ring's bounds
+        got += chunk
+    return out if nbytes < LAZY_BYTES else view
 
 
 def read_frame(sock: socket.socket, ring: Ring | None = None) -> dict[str, Any]:
@@ -306,7 +349,7 @@ def read_frame(sock: socket.socket, ring: Ring | None = None) -> dict[str, Any]:
         raise FrameError(f"a frame of {header_bytes} header bytes and {n} buffers")
     raw = _recv_exactly(sock, ENTRY.size * n)
     entries = [ENTRY.unpack_from(raw, ENTRY.size * i) for i in range(n)]
-    if sum(nbytes for nbytes, where in entries if where == 0) > MAX_FRAME_BYTES:
+    if sum(nbytes for nbytes, where in entries if where in (0, STREAMED)) > MAX_FRAME_BYTES:
         raise FrameError("a frame's buffers are past the wire's bound")
     header = _recv_exactly(sock, header_bytes)
     buffers = []
@@ -315,6 +358,8 @@ def read_frame(sock: socket.socket, ring: Ring | None = None) -> dict[str, Any]:
             buffers.append(_recv_exactly(sock, nbytes))
         elif ring is None:
             raise FrameError("a frame points into a ring this connection has not")
+        elif where == STREAMED:
+            buffers.append(_recv_streamed(sock, ring, nbytes))
         else:
             buffers.append(ring.take(where - 1, nbytes))  # checks its bounds
     msg = pickle.loads(header, buffers=buffers)
@@ -435,10 +480,14 @@ class Wire:
         sock, lock, ring = self._connection(address)
         with lock:
             before = ring.bytes if ring is not None else 0
+            notices = 0
             try:
                 frames = _frames(msg, _placer(ring, sock) if ring is not None else None)
                 for frame in frames:
-                    sock.sendall(frame)
+                    if isinstance(frame, _Streamed):
+                        notices += _stream(sock, ring, frame.buffer)
+                    else:
+                        sock.sendall(frame)
             except FrameTooLarge:
                 raise
             except (OSError, ValueError) as error:  # ValueError: the ring closed under it
@@ -452,7 +501,8 @@ class Wire:
                 raise ConnectionError(f"the connection closed: {error}") from error
             ringed = ring.bytes - before if ring is not None else 0
             self.sent += 1
-        return sum(memoryview(f).nbytes for f in frames) + ringed
+        return sum(memoryview(f).nbytes for f in frames
+                   if not isinstance(f, _Streamed)) + ringed + notices
 
     # -- receiving --------------------------------------------------------------------
 
@@ -579,14 +629,22 @@ def _tls_contexts(tls: tuple[ssl.SSLContext, ssl.SSLContext] | None
 
 def _placer(ring: Ring, sock: socket.socket) -> Callable[[list[memoryview]], list[int]]:
     def place(buffers: list[memoryview]) -> list[int]:
-        """The message's large buffers, in order, while they fit in one ring span; the
-        rest stay in the frame."""
+        """The message's large buffers, in order, in one ring span while they fit; from
+        the first that does not, every large one is streamed through the ring after the
+        header (:data:`STREAMED`; the reader takes the ring's buffers in the order of the
+        frame's entries, so none is placed after a streamed one). Small ones stay in the
+        frame."""
         where = [0] * len(buffers)
-        chosen, room = [], ring.limit()
+        chosen, room, streaming = [], ring.limit(), False
         for i, b in enumerate(buffers):
-            if RING_MIN <= b.nbytes <= room:
+            if b.nbytes < RING_MIN:
+                continue
+            if not streaming and b.nbytes <= room:
                 chosen.append(i)
                 room -= b.nbytes
+            else:
+                streaming = True
+                where[i] = STREAMED
         if chosen:
             positions = ring.write([buffers[i] for i in chosen], sock)
             for i, position in zip(chosen, positions, strict=True):
