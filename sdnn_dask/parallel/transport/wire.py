@@ -14,8 +14,9 @@ pieces in sequence, so :class:`Wire` gives each worker process:
   a lock per peer; the reader at the other end always drains it, so a send never waits
   on the receiver's compute);
 * between workers of one host, a shared-memory :class:`~.ring.Ring` per connection for
-  the large buffers (at least :data:`RING_MIN` bytes): the socket carries their place
-  in it, not their bytes, which saves the kernel's copies and the TCP stack's work on
+  the large buffers (at least :data:`RING_MIN` bytes; one larger than the ring's span
+  goes through it in chunks): the socket carries their place in it, not their bytes,
+  which saves the kernel's copies and the TCP stack's work (and TLS's encryption) on
   both ends (offered in the hello, taken if the reader can map it, else the socket
   carries everything).
 
@@ -48,9 +49,11 @@ token go inside the TLS session.
 
 After the handshake the hello (a fixed struct: the sender's address and the ring it
 offers, by length) and then frames: a fixed prefix (magic, header length, buffer count),
-per buffer its length and where it is (0: on the socket, after the header; else its ring
-position + 1), the header (the message pickled, its payload's frames left out of band)
-and the socket's buffers. Every length is checked against its bound (:data:`MAX_HEADER`,
+per buffer its length and where it is (0: on the socket, after the header;
+:data:`STREAMED`: through the ring in chunks after the header, each announced on the
+socket by its length and ring position + 1; else its ring position + 1), the header (the
+message pickled, its payload's frames left out of band) and the socket's buffers and
+chunk notices, in the entries' order. Every length is checked against its bound (:data:`MAX_HEADER`,
 :data:`MAX_BUFFERS`, :data:`MAX_FRAME_BYTES`, the ring's size) before anything is
 allocated for it; a frame that breaks one closes the connection (the peer is lost, one
 line in the log, no traceback). Headers are pickled, as ``multiprocessing`` pickles what
