@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -99,8 +100,29 @@ def make_local_cluster(
         preload = options.get("preload") or config_preload()
         preload = [preload] if isinstance(preload, str) else list(preload)
         options["preload"] = list(dict.fromkeys([*preload, QUIET_PRELOAD]))
-    return _started_without_sigint(lambda: LocalCluster(
+    cluster = _started_without_sigint(lambda: LocalCluster(
         n_workers=int(n_workers), threads_per_worker=int(threads_per_worker), **options))
+    if secured is not None:
+        with _MADE_LOCK:
+            _MADE[cluster.scheduler_address] = cluster
+    return cluster
+
+
+#: The TLS LocalClusters this process started, by scheduler address, while they live:
+#: a client of this process given only the address (``--cluster tls://...``) gets their
+#: credentials, which this process holds anyway (:func:`own_security`).
+_MADE: weakref.WeakValueDictionary[str, LocalCluster] = weakref.WeakValueDictionary()
+_MADE_LOCK = threading.Lock()
+
+
+def own_security(address: str) -> Security | None:
+    """The credentials of the TLS LocalCluster this process started at ``address``, if it
+    did and the cluster is still open; else None."""
+    with _MADE_LOCK:
+        cluster = _MADE.get(address)
+    if cluster is None or cluster.status.name in ("closing", "closed"):
+        return None
+    return cluster.security
 
 
 def config_preload() -> list[str]:

@@ -158,6 +158,21 @@ def test_a_stranger_process_cannot_run_code_on_the_default_local_cluster(tmp_pat
         assert marker.exists()
 
 
+def test_a_client_of_the_same_process_connects_by_address_alone():
+    """This process started the TLS cluster, so holds its credentials: ``connect`` (and
+    ``--cluster tls://...`` in this process) uses them; closed, the cluster's are gone."""
+    cluster = make_cluster("local", n_workers=1)
+    address = cluster.scheduler_address
+    try:
+        assert address.startswith("tls://")
+        with connect(address, timeout=10) as client:
+            assert client.submit(pow, 3, 3).result() == 27
+    finally:
+        cluster.close()
+    with pytest.raises(ClusterError, match="no credentials"):
+        connect(address, timeout=2)
+
+
 def test_worker_threads_get_no_tls():
     """A threaded LocalCluster's comms are in process: nothing listens, nothing to secure."""
     cluster = make_cluster("local", n_workers=1, processes=False)
