@@ -19,6 +19,20 @@ never only against the serial kernel, which shares the part step. Run::
     pip install -e ".[partition]"
     python benchmarks/bench_model_parallel.py [--data ../shared/data/graphchallenge]
         [--tile 50] [--workers 2] [--repeat 3] [--partitions block,hash,hypergraph]
+
+``--security`` measures instead what TLS costs (issue 43): on a generated 1024-120
+network and ``--inputs`` rows (20000), three LocalClusters of ``--workers`` workers side
+by side in this process, a plain ``tcp://`` one and two TLS ones (temporary
+credentials), one of them with the wire off (``sdnn.transport.wire: false``: the pieces
+go by the TLS comms, as before the wire ran TLS). Model parallelism k = 2 (``--security-
+partition``, hash; direct) and data parallelism (hash) run round-robin over the clusters
+for ``--repeat`` rounds, every output checked against the float64 reference with float32
+bounds; it prints the medians and the TLS / tcp ratios.
+``--wire-ring 0`` turns the wire's shared-memory ring off, so TLS carries every byte, as
+between hosts::
+
+    python benchmarks/bench_model_parallel.py --security [--inputs 20000] [--repeat 5]
+        [--wire-ring 0]
 """
 
 from __future__ import annotations
@@ -65,8 +79,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="neuron partition of the hybrid 2 x 2")
     parser.add_argument("--repeat", type=int, default=3, help="rounds; medians are shown (3)")
     parser.add_argument("--probe-rows", type=int, default=20)
+    parser.add_argument("--security", action="store_true",
+                        help="measure TLS against tcp instead (see the module docstring)")
+    parser.add_argument("--inputs", type=int, default=20000,
+                        help="--security: generated input rows (20000)")
+    parser.add_argument("--security-partition", default="hash",
+                        help="--security: model parallelism's partition (hash)")
+    parser.add_argument("--wire-ring", default=None,
+                        help="--security: sdnn.transport.wire-ring for the clusters "
+                             "(0: no ring, TLS carries every byte; default: the config's)")
     args = parser.parse_args(argv)
     logging.getLogger("distributed").setLevel(logging.ERROR)
+    if args.security:
+        return security_ab(args)
     methods = [m for m in args.partitions.split(",") if m]
 
     if not (args.data / "neuron1024").is_dir():
@@ -199,6 +224,66 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {best} vs block, direct: {med[b] / med[h]:.2f}x as fast ({saved:+.3f} s), "
               f"{stat(b, 'mb') / stat(h, 'mb'):.2f}x fewer bytes; per part "
               f"{d_comm:+.3f} s less waiting and sending, {d_compute:+.3f} s less compute")
+    return 0
+
+
+def security_ab(args: argparse.Namespace) -> int:
+    """TLS against tcp, the wire on and off under TLS (``--security``)."""
+    import contextlib
+
+    import dask
+
+    from sdnn_dask.study.problem import load_problem
+
+    if args.repeat < 1 or args.inputs < 1:
+        raise SystemExit("--repeat and --inputs must be at least 1")
+    problem = load_problem(neurons=1024, layers=120, inputs=args.inputs)
+    net, inputs = problem.network, problem.inputs
+    reference = problem.reference()
+    print(f"network {net.name}: {net.edges:,} edges; {inputs.shape[0]:,} generated inputs; "
+          f"{args.workers} workers per cluster; cores: {os.cpu_count()}", flush=True)
+    ring = {} if args.wire_ring is None else {"sdnn.transport.wire-ring": args.wire_ring}
+    arms = {"tcp": {"security": False}, "tls": {"security": True},
+            "tls, wire off": {"security": True}}
+    wire_off = {"tls, wire off": {"sdnn.transport.wire": False}}
+    seconds: dict[str, list[float]] = defaultdict(list)
+    with contextlib.ExitStack() as stack:
+        clients = {}
+        for arm, options in arms.items():
+            start = time.perf_counter()
+            with dask.config.set(ring):  # the workers take the config they start with
+                clients[arm] = stack.enter_context(local_client(args.workers, **options))
+            print(f"cluster {arm}: started in {time.perf_counter() - start:.1f} s "
+                  f"({next(iter(clients[arm].nthreads())).split('://')[0]}://)", flush=True)
+        runs = {}
+        for arm, client in clients.items():
+            data, model = DataParallelExecutor(client, net), ModelParallelExecutor(client, net)
+            runs[f"model {arm}"] = (arm, lambda m=model: m.run(
+                inputs, partition=args.security_partition, k=2, transport="direct"))
+            if arm != "tls, wire off":  # the wire carries no data-parallel piece
+                runs[f"data {arm}"] = (arm, lambda d=data: d.run(inputs, partition="hash"))
+        for r in range(args.repeat + 1):  # round 0 warms up: plans placed, wires opened
+            for name, (arm, run) in runs.items():  # interleaved: drifts hit all alike
+                with dask.config.set(wire_off.get(arm, {})):
+                    result = run()
+                verdict = check_result(result.output, reference)
+                if not verdict.passed:
+                    print(f"FAIL {name}: {verdict}", file=sys.stderr)
+                    return 1
+                if r:
+                    seconds[name].append(result.wall_seconds)
+                    print(f"  round {r} {name:<22} {result.wall_seconds:7.3f} s", flush=True)
+    med = {name: statistics.median(v) for name, v in seconds.items()}
+    print(f"\n{'configuration':<22} {'median s':>9} {'min s':>7} {'max s':>7}")
+    for name in runs:
+        print(f"{name:<22} {med[name]:>9.3f} {min(seconds[name]):>7.3f} "
+              f"{max(seconds[name]):>7.3f}")
+    print(f"\nmodel k=2 {args.security_partition} direct, TLS wire / tcp: "
+          f"{med['model tls'] / med['model tcp']:.2f} (target <= 1.15)")
+    print(f"model, TLS wire off (comms, as before) / tcp: "
+          f"{med['model tls, wire off'] / med['model tcp']:.2f}")
+    print(f"model, TLS wire on / off: {med['model tls'] / med['model tls, wire off']:.2f}")
+    print(f"data hash, TLS / tcp: {med['data tls'] / med['data tcp']:.2f}")
     return 0
 
 

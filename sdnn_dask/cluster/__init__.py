@@ -6,7 +6,8 @@ workers, :func:`cluster_client`, for four places:
 ``"local"`` (the default)
     A :class:`~distributed.LocalCluster` on this machine: one single-threaded worker process
     per core, listening on loopback only (scheduler, workers and dashboard), so nothing on
-    the network can reach it.
+    the network can reach it, and with TLS (temporary credentials), so no other process
+    of this machine can either.
 ``"slurm"``
     Dask workers started as SLURM jobs by :class:`dask_jobqueue.SLURMCluster` (extra
     ``slurm``); the scheduler runs in this process. :func:`slurm_job_script` shows the job
@@ -20,7 +21,7 @@ workers, :func:`cluster_client`, for four places:
     A scheduler that is already running.
 
 Options come from profiles in the Dask config (:mod:`.profiles`); every cluster that
-listens beyond loopback uses TLS by default (:mod:`.security`).
+listens on sockets uses TLS by default (:mod:`.security`).
 
 * :mod:`.profiles`: the kind and options of a named cluster, :class:`ClusterError`;
 * :mod:`.security`: TLS credentials, and the private directories that hold them;

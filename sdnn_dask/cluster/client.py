@@ -16,7 +16,7 @@ from distributed import Client, LocalCluster, Security
 
 from .. import config
 from .batch import start_slurm_runner
-from .local import make_local_cluster
+from .local import make_local_cluster, own_security
 from .profiles import ClusterError, cluster_profile, is_address
 from .security import is_loopback
 from .slurm import discard_job_credentials, make_slurm_cluster
@@ -205,7 +205,9 @@ def connect(address: str, *, security: Security | None = None,
         ``tls://host:port`` (or ``tcp://``: then anyone who reaches it can use it; a warning
         says so for a host that is not loopback).
     security
-        The client's credentials (default: ``distributed.comm.tls.*`` in the Dask config).
+        The client's credentials (default: those of the TLS LocalCluster this process
+        started at ``address``, if any, else ``distributed.comm.tls.*`` in the Dask
+        config).
     timeout
         Seconds to try to connect (default ``distributed.comm.timeouts.connect``).
     """
@@ -213,8 +215,8 @@ def connect(address: str, *, security: Security | None = None,
         warnings.warn(f"{address} is plain TCP: anyone who can reach that scheduler can run "
                       "code on its workers; prefer a tls:// scheduler", UserWarning,
                       stacklevel=2)
-    if security is None:
-        security = Security()  # from the Dask config
+    if security is None:  # a cluster of this process's own, else the Dask config
+        security = own_security(address) or Security()
     if address.startswith("tls://") and not security.get_connection_args("client").get(
             "ssl_context"):
         raise ClusterError(f"{address} uses TLS, and this client has no credentials: set "

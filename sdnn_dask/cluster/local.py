@@ -1,4 +1,5 @@
-"""The local cluster: a LocalCluster on this machine, listening on loopback only.
+"""The local cluster: a LocalCluster on this machine, listening on loopback only, with TLS
+(temporary credentials) by default: loopback is reachable by every process of the machine.
 
 Its worker processes are started with SIGINT blocked (:func:`_started_without_sigint`):
 they share the terminal's process group, so a Ctrl-C would otherwise raise
@@ -12,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -45,8 +47,11 @@ def make_local_cluster(
     threads_per_worker
         Threads per worker (default ``sdnn.local.threads-per-worker``, 1).
     security
-        See :func:`cluster_security`; default ``sdnn.local.security`` (``null``: TLS only if
-        ``host`` is not loopback). ``True`` secures even a loopback cluster.
+        See :func:`cluster_security`; default ``sdnn.local.security`` (``null``: TLS with
+        temporary credentials, on loopback too: on a shared machine any local process
+        could otherwise connect and run code as you). ``False``: plain TCP (warned
+        about if ``host`` is not loopback). Worker threads (``processes=False``) listen
+        on nothing: no TLS.
     quiet
         Add the :mod:`.quiet` preload to the workers' (default): they do not log again the
         errors of tasks, which the client raises.
@@ -84,15 +89,40 @@ def make_local_cluster(
     # clusters never collide on 8787.
     host = options.get("host") or "127.0.0.1"  # LocalCluster's default too
     exposed = bool(options.get("interface")) or not is_loopback(host)
-    secured = cluster_security(security, exposed=exposed, what=f"a LocalCluster on {host}")
+    if options["processes"]:
+        secured = cluster_security(security, exposed=exposed, default=True,
+                                   what=f"a LocalCluster on {host}")
+    else:  # in-process comms: nothing to secure, unless asked
+        secured = cluster_security(security if security else False, exposed=False)
     if secured is not None:
         options["security"] = secured
     if quiet:
         preload = options.get("preload") or config_preload()
         preload = [preload] if isinstance(preload, str) else list(preload)
         options["preload"] = list(dict.fromkeys([*preload, QUIET_PRELOAD]))
-    return _started_without_sigint(lambda: LocalCluster(
+    cluster = _started_without_sigint(lambda: LocalCluster(
         n_workers=int(n_workers), threads_per_worker=int(threads_per_worker), **options))
+    if secured is not None:
+        with _MADE_LOCK:
+            _MADE[cluster.scheduler_address] = cluster
+    return cluster
+
+
+#: The TLS LocalClusters this process started, by scheduler address, while they live:
+#: a client of this process given only the address (``--cluster tls://...``) gets their
+#: credentials, which this process holds anyway (:func:`own_security`).
+_MADE: weakref.WeakValueDictionary[str, LocalCluster] = weakref.WeakValueDictionary()
+_MADE_LOCK = threading.Lock()
+
+
+def own_security(address: str) -> Security | None:
+    """The credentials of the TLS LocalCluster this process started at ``address``, if it
+    did and the cluster is still open; else None."""
+    with _MADE_LOCK:
+        cluster = _MADE.get(address)
+    if cluster is None or cluster.status.name in ("closing", "closed"):
+        return None
+    return cluster.security
 
 
 def config_preload() -> list[str]:

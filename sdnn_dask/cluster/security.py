@@ -1,10 +1,14 @@
-"""Cluster security: TLS credentials for every cluster reachable from the network.
+"""Cluster security: TLS credentials for every cluster whose processes listen on sockets.
 
 A Dask scheduler runs whatever code its clients send, and workers run whatever the scheduler
-sends. So every cluster that listens beyond loopback uses TLS with mutual authentication by
-default: temporary self-signed credentials made for that cluster
-(:meth:`distributed.Security.temporary`, needs ``cryptography``, in the ``slurm`` extra).
-Only processes holding them can connect. The credentials reach the SLURM jobs as files only
+sends. So every cluster that listens on sockets uses TLS with mutual authentication by
+default, the local one on loopback too (on a shared machine anyone logged in can reach
+loopback): temporary self-signed credentials made for that cluster
+(:meth:`distributed.Security.temporary`, needs ``cryptography``, a core dependency). Only
+processes holding them can connect. Where ``cryptography`` is missing all the same, a
+loopback cluster asked for nothing in particular falls back to plain TCP with one warning
+per process (:func:`cluster_security`'s ``default``); one reachable from the network, or
+asked for TLS, raises instead. The credentials reach the SLURM jobs as files only
 the user can read (mode 0600, in a 0700 directory of ``sdnn.slurm.shared-directory``, which
 must be on a file system the compute nodes see, as the home directory usually is); job
 scripts and command lines carry only their paths. The dashboard, which is plain HTTP, stays
@@ -18,6 +22,7 @@ import ipaddress
 import os
 import socket
 import stat
+import threading
 import warnings
 from pathlib import Path
 
@@ -50,29 +55,58 @@ def temporary_security() -> Security:
     return Security.temporary()
 
 
+#: Whether this process has said that a loopback cluster went without TLS for want of
+#: ``cryptography`` (said once, not for every cluster).
+_SAID_NO_CRYPTOGRAPHY = threading.Event()
+
+
 def cluster_security(
-    security: Security | bool | str | None, *, exposed: bool, what: str = "this cluster"
+    security: Security | bool | str | None,
+    *,
+    exposed: bool,
+    what: str = "this cluster",
+    default: bool = False,
 ) -> Security | None:
-    """The security of a new cluster: TLS by default when it is reachable from the network.
+    """The security of a new cluster: TLS by default when it is reachable from the network
+    (or, with ``default``, whenever it listens on sockets).
 
     Parameters
     ----------
     security
-        ``None``: TLS (temporary credentials) if ``exposed``, else none. ``True``: TLS with
-        new temporary credentials. ``False``: none (warns if ``exposed``). A
-        :class:`distributed.Security`: used as is.
+        ``None``: TLS (temporary credentials) if ``exposed`` or ``default``, else none.
+        ``True``: TLS with new temporary credentials. ``False``: none (warns if
+        ``exposed``). A :class:`distributed.Security`: used as is.
     exposed
         Whether the cluster listens beyond loopback.
     what
-        Names the cluster in the warning.
+        Names the cluster in the warnings.
+    default
+        TLS by default even on loopback. If ``cryptography`` is missing then, a loopback
+        cluster asked for nothing in particular (``security`` None) goes without, with a
+        warning once per process; an explicit ``True`` or an exposed cluster raises.
 
     Returns
     -------
     distributed.Security or None
+
+    Raises
+    ------
+    ImportError
+        TLS wanted (explicitly, or for an exposed cluster) without ``cryptography``.
     """
     if isinstance(security, Security):
         return security
     wanted = truthy(security)
+    if wanted is None and default and not exposed:
+        try:
+            return temporary_security()
+        except ImportError as error:
+            if not _SAID_NO_CRYPTOGRAPHY.is_set():
+                _SAID_NO_CRYPTOGRAPHY.set()
+                warnings.warn(f"{what} runs without TLS: {error}. Any process on this "
+                              "machine can then connect to it and run code as you (said "
+                              "once)", UserWarning, stacklevel=3)
+            return None
     if wanted is None:
         wanted = exposed
     if wanted:

@@ -456,7 +456,18 @@ def _knock(address, marker, stop: threading.Event, count: list) -> None:
         time.sleep(0.01)  # two cores: leave the run most of them
 
 
-def test_a_model_parallel_run_passes_while_strangers_knock(client, tmp_path):
+@pytest.fixture
+def tcp_client():
+    """A plain tcp:// LocalCluster (TLS is the default): its wire's only guard is the
+    HMAC handshake; the TLS wire's knocks are in test_wire_tls.py."""
+    from sdnn_dask.cluster import local_client
+
+    with local_client(2, security=False) as c:
+        yield c
+
+
+def test_a_model_parallel_run_passes_while_strangers_knock(tcp_client, tmp_path):
+    client = tcp_client
     from sdnn_dask.data.radixnet import make_inputs, make_network
     from sdnn_dask.parallel import ModelParallelExecutor, run_serial
     from sdnn_dask.parallel.transport.run import ensure_exchange

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import queue
 import socket
 import threading
@@ -128,8 +129,9 @@ def _ring_pair(size):
 
 def test_large_buffers_go_by_the_ring_round_and_round_in_order():
     """A 1 MiB ring carries 40 MB of pieces of mixed sizes (so it wraps, and skips the
-    rest of a round a piece would cross); small ones and one too large for the ring take
-    the socket; every piece arrives whole and in order, whoever reads them."""
+    rest of a round a piece would cross); small ones take the socket, one too large for a
+    span is streamed through the ring in chunks; every piece arrives whole and in order,
+    whoever reads them."""
     a, b, got, lost = _ring_pair(1 << 20)
     rng = np.random.default_rng(0)
     try:
@@ -144,8 +146,8 @@ def test_large_buffers_go_by_the_ring_round_and_round_in_order():
             assert msg["layer"] == i
             np.testing.assert_array_equal(unpack(msg["payload"]), x)
         ringed = a.ring_bytes()
-        # every piece of 16 KiB up to half the ring went by it, nothing else
-        assert ringed == sum(x.nbytes for x in arrays if (16 << 10) <= x.nbytes <= 1 << 19)
+        # every piece of 16 KiB or more went by it (the 800 kB one in two chunks)
+        assert ringed == sum(x.nbytes for x in arrays if x.nbytes >= 16 << 10)
         assert ringed > 20 * (1 << 20)  # round and round
         assert written >= sum(x.nbytes for x in arrays)  # the bytes moved, either way
         assert lost.empty()
@@ -156,7 +158,7 @@ def test_large_buffers_go_by_the_ring_round_and_round_in_order():
 
 def test_messages_of_several_large_buffers_share_one_span_and_never_wait_on_themselves():
     """A message's buffers are released only once its header is read, so at most half
-    the ring's worth of them goes into it, side by side (the rest by the socket): a later
+    the ring's worth of them goes into it, side by side (the rest streamed after): a later
     one waiting for space only the earlier ones' release would free would wait for ever
     (the hang this test caught: it fails with no cap)."""
     a, b, got, lost = _ring_pair(1 << 20)
@@ -184,6 +186,29 @@ def test_messages_of_several_large_buffers_share_one_span_and_never_wait_on_them
         sender.join(timeout=30)
         assert not sender.is_alive() and not errors
         assert a.ring_bytes() > 40 * (1 << 20)  # the ring carried most of it
+        assert lost.empty()
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.parametrize("sizes", [[3 << 20], [300_000, 3 << 20, 100_000, 10, 700_000]])
+def test_pieces_larger_than_the_ring_are_streamed_through_it(sizes):
+    """A piece several times the ring's size goes through it in chunks (none by the
+    socket), and the buffers of a message around it keep their order: those after a
+    streamed one are streamed too (the reader takes the ring's buffers in entry order)."""
+    a, b, got, lost = _ring_pair(1 << 20)
+    rng = np.random.default_rng(2)
+    try:
+        arrays = tuple(rng.standard_normal(n // 4).astype(np.float32) for n in sizes)
+        for i in range(3):
+            a.send("tcp://b", {"op": "piece", "layer": i, "payload": arrays})
+        for i in range(3):
+            msg = got.get(timeout=30)
+            assert msg["layer"] == i
+            for x, y in zip(arrays, msg["payload"], strict=True):
+                np.testing.assert_array_equal(y, x)
+        assert a.ring_bytes() == 3 * sum(x.nbytes for x in arrays if x.nbytes >= 16 << 10)
         assert lost.empty()
     finally:
         a.close()
@@ -278,3 +303,47 @@ def test_the_default_ring_is_the_shipped_config():
     from sdnn_dask.parallel.transport.exchange import wire_ring_bytes
 
     assert wire_ring_bytes() == 16 << 20
+
+
+def _streamed_frame(nbytes, notices):
+    """A frame of one STREAMED buffer of ``nbytes``, then the chunk notices given."""
+    from sdnn_dask.parallel.transport.wire import ENTRY, MAGIC, PREFIX, STREAMED
+
+    header = pickle.dumps({"payload": None})
+    return (PREFIX.pack(MAGIC, len(header), 1) + ENTRY.pack(nbytes, STREAMED) + header
+            + b"".join(ENTRY.pack(n, w) for n, w in notices))
+
+
+@pytest.mark.parametrize(("nbytes", "notices", "error"), [
+    pytest.param(5 << 30, [], "past the wire's bound", id="announced-past-the-bound"),
+    pytest.param(1000, [(2000, 1)], "chunk of 2000 bytes", id="chunk-past-the-buffer"),
+    pytest.param(1000, [(0, 1)], "chunk of 0 bytes", id="empty-chunk"),
+    pytest.param(1000, [(1000, 0)], "chunk of 1000 bytes at 0", id="chunk-on-the-socket"),
+    pytest.param(1000, [(1000, 5 << 20)], "not in this ring", id="chunk-outside-the-ring"),
+])
+def test_a_bad_streamed_buffer_is_refused_before_anything_is_read(nbytes, notices, error):
+    """A streamed buffer's length is bounded like the socket's before its buffer is
+    allocated, and every chunk's notice is checked (length, place) before a byte of the
+    ring is taken."""
+    from sdnn_dask.parallel.transport.ring import Ring
+    from sdnn_dask.parallel.transport.wire import FrameError, read_frame
+
+    ring = Ring.create(1 << 20)
+    assert ring is not None
+    reader = Ring.attach(ring.path, ring.token)
+    assert reader is not None
+    left, right = socket.socketpair()
+    try:
+        left.sendall(_streamed_frame(nbytes, notices))
+        with pytest.raises((FrameError, ValueError), match=error):
+            read_frame(right, reader)
+        left2, right2 = socket.socketpair()  # a connection with no ring
+        with left2, right2:
+            left2.sendall(_streamed_frame(1000, [(1000, 1)]))
+            with pytest.raises(FrameError, match="a ring this connection has not"):
+                read_frame(right2, None)
+    finally:
+        left.close()
+        right.close()
+        reader.close()
+        ring.close()

@@ -12,5 +12,5 @@ model-parallel parts (:mod:`sdnn_dask.parallel.model_direct`) and training's slo
 * :mod:`.collectives`: a persistent run's slots' keyed messages, feeds and replies,
   all-reduce and pair sums;
 * :mod:`.wire` and :mod:`.ring`: the short way between worker processes (authenticated
-  sockets, and a shared-memory ring on one host).
+  sockets, TLS on a TLS cluster, and a shared-memory ring on one host).
 """

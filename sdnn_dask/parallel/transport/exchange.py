@@ -29,6 +29,7 @@ the runs involving that peer raise :exc:`~.faults.WorkerLostError` at once.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import threading
 import time
 from collections import deque
@@ -62,6 +63,27 @@ CLOSED_TOKENS = 4096
 #: (``LocalCluster(processes=False)``) hand pieces to each other directly.
 _IN_PROCESS: dict[str, PieceExchange] = {}
 _IN_PROCESS_LOCK = threading.Lock()
+
+
+def wire_tls(worker: Any) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """A TLS worker's (listening, connecting) SSL contexts for its wire, made from its own
+    :class:`distributed.Security` as its comms' are (the cluster's CA, the worker's
+    certificate, the peer's required both ways).
+
+    Raises
+    ------
+    RuntimeError
+        If the worker's security has no TLS credentials (its comms would have none
+        either): the wire does not go in the clear on a ``tls://`` cluster.
+    """
+    security = worker.security
+    listening = security.get_listen_args("worker")["ssl_context"]
+    connecting = security.get_connection_args("worker")["ssl_context"]
+    if listening is None or connecting is None:
+        raise RuntimeError(f"worker {worker.address} is on tls:// but its Security has no "
+                           "TLS certificate and CA for the role 'worker' "
+                           "(distributed.comm.tls.worker.*): its wire cannot run TLS")
+    return listening, connecting
 
 
 def wire_ring_bytes() -> int:
@@ -313,14 +335,18 @@ class PieceExchange(WorkerPlugin):
 
     def wire_address(self) -> WireAddress | None:
         """This worker's :class:`~.wire.Wire` (started on the first call) as its peers
-        reach it; None on a cluster that is not plain ``tcp://`` (TLS, in process)."""
-        if not self.worker.address.startswith("tcp://"):
+        reach it; None on a cluster that is neither ``tcp://`` nor ``tls://`` (in
+        process, other comms). On ``tls://`` the wire runs TLS with the worker's own
+        credentials (:func:`wire_tls`)."""
+        scheme = self.worker.address.split("://", 1)[0]
+        if scheme not in ("tcp", "tls"):
             return None
         with self._lock:
             if self.wire is None:
                 self.wire = Wire(get_address_host(self.worker.address), self.worker.address,
                                  deliver=lambda msg: self._file(msg, time.time()),
-                                 lost=self._peer_lost, ring=wire_ring_bytes())
+                                 lost=self._peer_lost, ring=wire_ring_bytes(),
+                                 tls=wire_tls(self.worker) if scheme == "tls" else None)
             return self.wire.address
 
     def know_wires(self, table: dict[str, WireAddress | None]) -> int:

@@ -174,19 +174,29 @@ class Ring:
         """The buffer at ``position``, copied out, and its space released. Raises
         ``ValueError`` (nothing allocated) for a place the sender cannot have written:
         before the last buffer taken, across the end, or past the space released."""
+        self._check(position, nbytes)
+        out = bytearray(nbytes)
+        self.take_into(position, memoryview(out))
+        return out
+
+    def _check(self, position: int, nbytes: int) -> None:
         offset = position % self.size
         if (position < self.taken or not 0 < nbytes <= self.limit()
                 or offset + nbytes > self.size or position + nbytes > self.taken + self.size):
             raise ValueError(f"{nbytes} bytes at {position} are not in this ring")
-        out = bytearray(nbytes)
-        memoryview(out)[:] = self._view[HEADER + offset:HEADER + offset + nbytes]
+
+    def take_into(self, position: int, out: memoryview) -> None:
+        """As :meth:`take`, the buffer copied into ``out`` (its length is the buffer's)."""
+        nbytes = out.nbytes
+        self._check(position, nbytes)
+        offset = position % self.size
+        out.cast("B")[:] = self._view[HEADER + offset:HEADER + offset + nbytes]
         with self._fence:  # the copy is done before the space is released
             pass
         end = position + nbytes
         for at in _RELEASED_AT:
             _RELEASED.pack_into(self._mm, at, end)
         self.taken = end
-        return out
 
     def close(self) -> None:
         """Unmap it (and unlink it, if no reader did)."""

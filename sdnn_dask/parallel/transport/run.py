@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -87,24 +88,44 @@ def _know_wires(dask_worker: Any, table: dict[str, Any]) -> int:
     return dask_worker.extensions[EXTENSION].know_wires(table)
 
 
+#: The clusters (by scheduler id) already warned that their wire's frames cross the
+#: network unencrypted: once per cluster, not once per run.
+_WARNED_CLEAR: set[str] = set()
+_WARNED_LOCK = threading.Lock()
+
+
 def connect_peers(client: Client, workers: list[str], *, wire: bool | None = None) -> None:
     """Open every worker pair's connection before the clock starts; with ``wire``
     (default ``sdnn.transport.wire``), start the workers' :class:`~.wire.Wire` and hand
-    out their addresses, so pieces between worker processes of a plain ``tcp://``
-    cluster go by it. Warns if a wire listens beyond loopback: its frames are
+    out their addresses, so pieces between worker processes of a ``tcp://`` or
+    ``tls://`` cluster go by it (under TLS, with the cluster's credentials). Warns, once
+    per cluster, if a plain ``tcp://`` wire listens beyond loopback: its frames are then
     authenticated, not encrypted."""
     client.run(_connect_peers, peers=workers, workers=workers)
     if wire is None:
         wire = bool(config.get("transport.wire", True))
     if wire and len(workers) > 1:
         table = client.run(_wire_address, workers=workers)
-        exposed = sorted({w[0] for w in table.values() if w and crosses_network(w[0])})
-        if exposed:  # a TLS cluster has no wire (its addresses are None)
+        exposed = sorted({w[0] for a, w in table.items()
+                          if w and a.startswith("tcp://") and crosses_network(w[0])})
+        if exposed and _first_warning(client):
             warnings.warn(f"the workers' wire listens on {', '.join(exposed)}: its frames "
                           "cross the network authenticated (HMAC) but not encrypted, as "
                           "this tcp:// cluster's comms do; a tls:// cluster encrypts both "
-                          "(and keeps pieces off the wire)", UserWarning, stacklevel=2)
+                          "(said once per cluster)", UserWarning, stacklevel=2)
         client.run(_know_wires, table=table, workers=workers)
+
+
+def _first_warning(client: Client) -> bool:
+    """Whether this client's cluster has not been warned yet (and now is)."""
+    # the scheduler's id, not its address: a later cluster may take the same port
+    info = client.scheduler_info()
+    key = str(info.get("id") or info.get("address") or id(client))
+    with _WARNED_LOCK:
+        if key in _WARNED_CLEAR:
+            return False
+        _WARNED_CLEAR.add(key)
+        return True
 
 
 def _abort(dask_worker: Any, token: str, strategy: str, lost: list[str], reason: str) -> bool:

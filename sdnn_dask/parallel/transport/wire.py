@@ -1,4 +1,4 @@
-"""The exchange's short way between worker processes: plain sockets, no event loop.
+"""The exchange's short way between worker processes: blocking sockets, no event loop.
 
 A piece sent over a worker's comm goes from the sending thread to its event loop, through
 ``distributed``'s framing, to the receiver's event loop and on to the waiting thread:
@@ -14,15 +14,20 @@ pieces in sequence, so :class:`Wire` gives each worker process:
   a lock per peer; the reader at the other end always drains it, so a send never waits
   on the receiver's compute);
 * between workers of one host, a shared-memory :class:`~.ring.Ring` per connection for
-  the large buffers (at least :data:`RING_MIN` bytes): the socket carries their place
-  in it, not their bytes, which saves the kernel's copies and the TCP stack's work on
+  the large buffers (at least :data:`RING_MIN` bytes; one larger than the ring's span
+  goes through it in chunks): the socket carries their place in it, not their bytes,
+  which saves the kernel's copies and the TCP stack's work (and TLS's encryption) on
   both ends (offered in the hello, taken if the reader can map it, else the socket
   carries everything).
 
-Only for plain ``tcp://`` clusters (a TLS cluster's pieces keep to its comms, which carry
-its credentials), and only between workers whose wire addresses the client has handed
-out (:func:`~.direct.connect_peers`): anything else goes the comm's way. A connection
-that breaks tells the exchange its peer is lost, as a broken comm does.
+On ``tcp://`` clusters the sockets are plain; on ``tls://`` clusters they run TLS with
+the cluster's own credentials (the worker's :class:`distributed.Security`: its listening
+context for the listener, its connecting one for the connector, mutual authentication
+with the cluster's CA, as the cluster's comms do), so a peer without the cluster's
+certificate cannot complete a connection, and the frames are encrypted. Only between
+workers whose wire addresses the client has handed out (:func:`~.run.connect_peers`):
+anything else goes the comm's way. A connection that breaks tells the exchange its peer
+is lost, as a broken comm does.
 
 Who may talk: each wire has a random secret, handed out with its address (through the
 cluster's comms) and never sent on the wire itself. A new connection proves it holds it
@@ -30,18 +35,25 @@ before any of its bytes is parsed as anything but fixed-size handshake bytes, as
 :mod:`multiprocessing.connection` does: the listener sends a random nonce, the connector
 answers with its own nonce and an HMAC-SHA256 of both under the secret, and the listener
 answers with its HMAC of them (so the connector knows it reached the right process
-before it says anything). A connection that fails, or takes more than
-:data:`AUTH_TIMEOUT` seconds, is closed unread and is no lost peer. At most
+before it says anything). Under TLS this handshake runs inside the TLS session, after it:
+defence in depth, the secret naming one wire of the cluster where the certificate only
+names the cluster. A connection that fails (its TLS handshake or the HMAC's), or takes
+more than :data:`AUTH_TIMEOUT` seconds for both, is closed unread and is no lost peer. At most
 :data:`MAX_PENDING` connections wait to prove themselves at once (a new one closes the
 oldest), and at most :data:`MAX_CONNECTIONS` (plus one per known peer) are open at once
-(more are closed as they come). The frames are authenticated, not encrypted: on a
-network, anyone who can watch it can read them (:func:`crosses_network`).
+(more are closed as they come). Without TLS the frames are authenticated, not
+encrypted: on a network, anyone who can watch it can read them (:func:`crosses_network`;
+:func:`~.run.connect_peers` warns once per cluster). The shared-memory ring stays under
+TLS: it never leaves the host, its file is the user's alone (mode 0600), and its path and
+token go inside the TLS session.
 
 After the handshake the hello (a fixed struct: the sender's address and the ring it
 offers, by length) and then frames: a fixed prefix (magic, header length, buffer count),
-per buffer its length and where it is (0: on the socket, after the header; else its ring
-position + 1), the header (the message pickled, its payload's frames left out of band)
-and the socket's buffers. Every length is checked against its bound (:data:`MAX_HEADER`,
+per buffer its length and where it is (0: on the socket, after the header;
+:data:`STREAMED`: through the ring in chunks after the header, each announced on the
+socket by its length and ring position + 1; else its ring position + 1), the header (the
+message pickled, its payload's frames left out of band) and the socket's buffers and
+chunk notices, in the entries' order. Every length is checked against its bound (:data:`MAX_HEADER`,
 :data:`MAX_BUFFERS`, :data:`MAX_FRAME_BYTES`, the ring's size) before anything is
 allocated for it; a frame that breaks one closes the connection (the peer is lost, one
 line in the log, no traceback). Headers are pickled, as ``multiprocessing`` pickles what
@@ -60,6 +72,7 @@ import os
 import pickle
 import secrets
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -77,6 +90,10 @@ logger = logging.getLogger(__name__)
 PREFIX = struct.Struct("!4sQI")
 MAGIC = b"SDNW"
 ENTRY = struct.Struct("!QQ")  # a buffer's length, and where it is
+#: Where a buffer too large for the message's ring span is: streamed through the ring in
+#: chunks after the header, each announced on the socket by an ENTRY (its length, its
+#: ring position + 1), so a piece larger than the ring never falls back to the socket.
+STREAMED = (1 << 64) - 1
 
 #: Buffers from this size on go by the ring where there is one: below it the socket's
 #: cost is the call's, not the bytes'.
@@ -281,8 +298,47 @@ def _frames(msg: dict[str, Any],
             f"{MAX_FRAME_BYTES}): send it in pieces")
     where = place(buffers) if place is not None else [0] * len(buffers)
     entries = b"".join(ENTRY.pack(b.nbytes, w) for b, w in zip(buffers, where, strict=True))
-    inline = [b for b, w in zip(buffers, where, strict=True) if w == 0]
-    return [PREFIX.pack(MAGIC, len(header), len(buffers)) + entries + header, *inline]
+    after = [b if w == 0 else _Streamed(b) for b, w in zip(buffers, where, strict=True)
+             if w in (0, STREAMED)]
+    return [PREFIX.pack(MAGIC, len(header), len(buffers)) + entries + header, *after]
+
+
+class _Streamed:
+    """A buffer that goes through the ring in chunks after the frame's header, each
+    announced on the socket (:data:`STREAMED`)."""
+
+    def __init__(self, buffer: memoryview):
+        self.buffer = buffer
+
+
+def _stream(sock: socket.socket, ring: Ring, buffer: memoryview) -> int:
+    """Write ``buffer`` through ``ring`` in chunks of at most its limit, each followed by
+    its place on ``sock`` (the reader takes each as its notice comes, which frees the
+    space for the next); the socket's bytes."""
+    step, view, sent = ring.limit(), buffer.cast("B"), 0
+    for start in range(0, view.nbytes, step):
+        chunk = view[start:start + step]
+        position = ring.write([chunk], sock)[0]
+        notice = ENTRY.pack(chunk.nbytes, position + 1)
+        sock.sendall(notice)
+        sent += len(notice)
+    return sent
+
+
+def _recv_streamed(sock: socket.socket, ring: Ring, nbytes: int) -> bytearray | memoryview:
+    """A :data:`STREAMED` buffer of ``nbytes`` (bounded by the caller): its chunks'
+    notices from ``sock``, each checked before its bytes are taken from ``ring``."""
+    out = bytearray(nbytes) if nbytes < LAZY_BYTES else np.empty(nbytes, np.uint8)
+    view = memoryview(out).cast("B")
+    got = 0
+    while got < nbytes:
+        chunk, where = ENTRY.unpack(_recv_exactly(sock, ENTRY.size))
+        if where in (0, STREAMED) or not 0 < chunk <= nbytes - got:
+            raise FrameError(f"a streamed buffer's chunk of {chunk} bytes at {where} "
+                             f"({got} of {nbytes} bytes taken)")
+        ring.take_into(where - 1, view[got:got + chunk])  # checks the ring's bounds
+        got += chunk
+    return out if nbytes < LAZY_BYTES else view
 
 
 def read_frame(sock: socket.socket, ring: Ring | None = None) -> dict[str, Any]:
@@ -296,7 +352,7 @@ def read_frame(sock: socket.socket, ring: Ring | None = None) -> dict[str, Any]:
         raise FrameError(f"a frame of {header_bytes} header bytes and {n} buffers")
     raw = _recv_exactly(sock, ENTRY.size * n)
     entries = [ENTRY.unpack_from(raw, ENTRY.size * i) for i in range(n)]
-    if sum(nbytes for nbytes, where in entries if where == 0) > MAX_FRAME_BYTES:
+    if sum(nbytes for nbytes, where in entries if where in (0, STREAMED)) > MAX_FRAME_BYTES:
         raise FrameError("a frame's buffers are past the wire's bound")
     header = _recv_exactly(sock, header_bytes)
     buffers = []
@@ -305,6 +361,8 @@ def read_frame(sock: socket.socket, ring: Ring | None = None) -> dict[str, Any]:
             buffers.append(_recv_exactly(sock, nbytes))
         elif ring is None:
             raise FrameError("a frame points into a ring this connection has not")
+        elif where == STREAMED:
+            buffers.append(_recv_streamed(sock, ring, nbytes))
         else:
             buffers.append(ring.take(where - 1, nbytes))  # checks its bounds
     msg = pickle.loads(header, buffers=buffers)
@@ -329,12 +387,19 @@ class Wire:
     ring
         Data bytes of the shared-memory ring offered to each peer on this host (0: none,
         the socket carries everything).
+    tls
+        ``(listening, connecting)`` SSL contexts (a cluster's
+        ``Security.get_listen_args(role)["ssl_context"]`` and
+        ``get_connection_args(role)["ssl_context"]``): every connection runs TLS with
+        them, the peer's certificate required both ways. None: plain sockets.
     """
 
     def __init__(self, host: str, here: str, deliver: Callable[[dict[str, Any]], None],
-                 lost: Callable[[str], None], *, ring: int = 0):
+                 lost: Callable[[str], None], *, ring: int = 0,
+                 tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None):
         self.here, self._deliver, self._lost = here, deliver, lost
         self._ring_size = ring
+        self._tls = _tls_contexts(tls)
         self.secret = secrets.token_hex(32)
         self._key = _key(self.secret)
         self._listener = socket.create_server((host, 0))
@@ -346,9 +411,11 @@ class Wire:
         self._closing = False
         self._accepted: set[socket.socket] = set()  # open, proved or not
         self._pending: dict[socket.socket, None] = {}  # not proved yet, oldest first
-        if crosses_network(host):
-            logger.warning("the sdnn wire listens on %s: its frames cross the network "
-                           "authenticated (HMAC) but not encrypted", host)
+        self.sent = 0  # messages written, for a caller to see the wire was used
+        # the client warns once per cluster when frames cross a network in the clear
+        # (connect_peers); every worker saying it again would only repeat it
+        if crosses_network(host) and self._tls is None:
+            logger.debug("the sdnn wire listens on %s without TLS", host)
         threading.Thread(target=self._accept, name="sdnn-wire-accept", daemon=True).start()
 
     def know(self, peers: dict[str, WireAddress]) -> None:
@@ -357,6 +424,11 @@ class Wire:
                  if a != self.here}
         with self._lock:
             self._peers.update(table)
+
+    @property
+    def encrypted(self) -> bool:
+        """Whether its connections run TLS."""
+        return self._tls is not None
 
     def reaches(self, address: str) -> bool:
         """Whether pieces for ``address`` can go this way."""
@@ -385,6 +457,12 @@ class Wire:
             sock = socket.create_connection((host, port), timeout=HANDSHAKE_TIMEOUT)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             _tune(sock)
+            if self._tls is not None:
+                try:  # the handshake under the timeout set above (a deadline for it all)
+                    sock = self._tls[1].wrap_socket(sock, server_side=False)
+                except OSError:
+                    sock.close()
+                    raise
             ring = (Ring.create(self._ring_size)
                     if self._ring_size and host == self.address[0] else None)
             try:
@@ -405,10 +483,14 @@ class Wire:
         sock, lock, ring = self._connection(address)
         with lock:
             before = ring.bytes if ring is not None else 0
+            notices = 0
             try:
                 frames = _frames(msg, _placer(ring, sock) if ring is not None else None)
                 for frame in frames:
-                    sock.sendall(frame)
+                    if isinstance(frame, _Streamed):
+                        notices += _stream(sock, ring, frame.buffer)
+                    else:
+                        sock.sendall(frame)
             except FrameTooLarge:
                 raise
             except (OSError, ValueError) as error:  # ValueError: the ring closed under it
@@ -421,7 +503,9 @@ class Wire:
                     raise
                 raise ConnectionError(f"the connection closed: {error}") from error
             ringed = ring.bytes - before if ring is not None else 0
-        return sum(memoryview(f).nbytes for f in frames) + ringed
+            self.sent += 1
+        return sum(memoryview(f).nbytes for f in frames
+                   if not isinstance(f, _Streamed)) + ringed + notices
 
     # -- receiving --------------------------------------------------------------------
 
@@ -435,6 +519,13 @@ class Wire:
                 time.sleep(0.05)  # out of descriptors: some close soon
                 continue
             oldest = None
+            if self._tls is not None:
+                try:  # no I/O here: the reader's thread does the handshake
+                    sock = self._tls[0].wrap_socket(sock, server_side=True,
+                                                    do_handshake_on_connect=False)
+                except OSError:
+                    sock.close()
+                    continue
             with self._lock:
                 if len(self._accepted) >= MAX_CONNECTIONS + len(self._peers):
                     sock.close()  # over the cap: closed as it comes, no thread
@@ -453,7 +544,13 @@ class Wire:
     def _read(self, sock: socket.socket) -> None:
         sender, ring = None, None
         try:
-            hello = _authenticate(sock, self._key)
+            deadline = time.monotonic() + AUTH_TIMEOUT  # TLS and HMAC handshakes, both
+            if isinstance(sock, ssl.SSLSocket):
+                # the deadline bounds the whole TLS handshake, however slow its bytes;
+                # no certificate of the cluster's: SSLError, closed with nothing parsed
+                sock.settimeout(max(deadline - time.monotonic(), 1e-3))
+                sock.do_handshake()
+            hello = _authenticate(sock, self._key, deadline - time.monotonic())
             if hello is None:
                 return  # not one of ours: closed unread
             with self._lock:
@@ -500,22 +597,57 @@ class Wire:
 
 
 def _shut(sock: socket.socket) -> None:
+    """Wake a thread blocked on ``sock`` (its reads end). The plain socket's shutdown
+    even for a TLS one: ``SSLSocket.shutdown`` drops its TLS state under the reader."""
     try:
-        sock.shutdown(socket.SHUT_RDWR)
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
     except OSError:
         pass
 
 
+def _tls_contexts(tls: tuple[ssl.SSLContext, ssl.SSLContext] | None
+                  ) -> tuple[ssl.SSLContext, ssl.SSLContext] | None:
+    """The wire's (listening, connecting) contexts, checked: both must verify the peer's
+    certificate (the cluster's mutual authentication)."""
+    if tls is None:
+        return None
+    try:
+        listening, connecting = tls
+    except (TypeError, ValueError):
+        raise TypeError("tls is a (listening, connecting) pair of ssl.SSLContext, "
+                        f"not {tls!r}") from None
+    for name, context in (("listening", listening), ("connecting", connecting)):
+        if not isinstance(context, ssl.SSLContext):
+            raise TypeError(f"the wire's {name} TLS context is {type(context).__name__}, "
+                            "not ssl.SSLContext")
+        if context.verify_mode != ssl.CERT_REQUIRED:
+            raise ValueError(f"the wire's {name} TLS context does not require the peer's "
+                             "certificate (verify_mode CERT_REQUIRED): a stranger could "
+                             "connect")
+    # no session tickets: nothing resumes a wire's session, and after its handshake the
+    # listener must write nothing the sender would read as the peer closing (ring.py)
+    listening.num_tickets = 0
+    return listening, connecting
+
+
 def _placer(ring: Ring, sock: socket.socket) -> Callable[[list[memoryview]], list[int]]:
     def place(buffers: list[memoryview]) -> list[int]:
-        """The message's large buffers, in order, while they fit in one ring span; the
-        rest stay in the frame."""
+        """The message's large buffers, in order, in one ring span while they fit; from
+        the first that does not, every large one is streamed through the ring after the
+        header (:data:`STREAMED`; the reader takes the ring's buffers in the order of the
+        frame's entries, so none is placed after a streamed one). Small ones stay in the
+        frame."""
         where = [0] * len(buffers)
-        chosen, room = [], ring.limit()
+        chosen, room, streaming = [], ring.limit(), False
         for i, b in enumerate(buffers):
-            if RING_MIN <= b.nbytes <= room:
+            if b.nbytes < RING_MIN:
+                continue
+            if not streaming and b.nbytes <= room:
                 chosen.append(i)
                 room -= b.nbytes
+            else:
+                streaming = True
+                where[i] = STREAMED
         if chosen:
             positions = ring.write([buffers[i] for i in chosen], sock)
             for i, position in zip(chosen, positions, strict=True):
