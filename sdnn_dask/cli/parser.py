@@ -11,6 +11,7 @@ from pathlib import Path
 from .. import config, records
 from ..partition.traffic import DEFAULT_SAMPLE
 from ..registry import NEURON_PARTITIONS, ORDERS, ROW_PARTITIONS, STRATEGIES
+from ..study.validation import clipped, shown
 from .cluster import cmd_cluster
 from .common import DEFAULT_RESULTS
 from .compare import cmd_compare
@@ -30,7 +31,7 @@ def _integer(text: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not an integer") from None
 
 
 def _at_least(low: int):
@@ -69,9 +70,9 @@ def _epsilon(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a number") from None
     if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {shown(text)}")
     return value
 
 
@@ -80,10 +81,10 @@ def _positive_list(text: str) -> list[int]:
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected positive integers like 64,512, got "
-                                         f"{text!r}") from None
+                                         f"{shown(text)}") from None
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"expected positive integers like 64,512, got "
-                                         f"{text!r}")
+                                         f"{shown(text)}")
     return values
 
 
@@ -164,8 +165,16 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
 # --------------------------------------------------------------------------- the parser
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, its errors cut to a sane length: its own messages quote what
+    was given (``invalid choice: '<a megabyte>'``)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        super().error(clipped(message))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="sdnn-dask",
         description="Run and compare parallel strategies for sparse DNN inference "
                     "(HPEC Sparse DNN Graph Challenge) on Dask.",

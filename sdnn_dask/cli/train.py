@@ -11,6 +11,7 @@ from ..files import atomic_path, write_text_atomic
 from ..formatting import to_text
 from ..parallel.allocator import tune_allocator
 from ..registry import NEURON_PARTITIONS
+from ..study.validation import shown
 from .common import (
     Progress,
     UsageError,
@@ -32,7 +33,7 @@ def _train_partitions(model: str) -> list[str]:
     partitions = [] if model == "none" else [m.strip() for m in model.split(",")]
     for method in partitions:
         if method not in NEURON_PARTITIONS:
-            raise UsageError(f"--model: unknown partition {method!r}; choose from "
+            raise UsageError(f"--model: unknown partition {shown(method)}; choose from "
                              f"{', '.join(NEURON_PARTITIONS)} or none")
     return partitions
 
