@@ -12,6 +12,7 @@ from .. import config, records
 from ..partition.traffic import DEFAULT_SAMPLE
 from ..registry import NEURON_PARTITIONS, ORDERS, ROW_PARTITIONS, STRATEGIES
 from ..study.validation import clipped, shown
+from ..training.optim import MAX_EPOCHS, MAX_LR
 from .cluster import cmd_cluster
 from .common import DEFAULT_RESULTS
 from .compare import cmd_compare
@@ -301,7 +302,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=POSITIVE, default=None,
                    help="--task steps: timed steps per batch size, after an untimed one (3)")
     p.add_argument("--epochs", type=POSITIVE, default=None,
-                   help=f"--task digits: passes over the training digits ({DIGITS_EPOCHS})")
+                   help=f"--task digits: passes over the training digits, at most "
+                        f"{MAX_EPOCHS:,} ({DIGITS_EPOCHS})")
     p.add_argument("--batch", type=_positive_list, default=None,
                    help=f"--task digits: rows per step ({DIGITS_BATCH}); several, "
                         "comma-separated, run each and say where data and model "
@@ -315,7 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--row-groups", type=POSITIVE, default=2,
                    help="row groups of the hybrid runs, each run by its own copy of the k "
                         "parts of every --model partition; 1: no hybrid runs (2)")
-    p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (0.01)")
+    p.add_argument("--lr", type=float, default=0.01,
+                   help=f"SGD learning rate, at most {MAX_LR:g} (0.01)")
     p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (0.9)")
     _add_cluster_arguments(p)
     p.add_argument("--results", type=Path, default=DEFAULT_RESULTS,

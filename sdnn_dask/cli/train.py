@@ -41,7 +41,7 @@ def _train_partitions(model: str) -> list[str]:
 def _check_train_task(args: argparse.Namespace) -> None:
     """Refuse the options of the other task and SGD settings the trainers refuse; fill in
     this task's defaults."""
-    from ..training.optim import check_settings
+    from ..training.optim import check_epochs, check_settings
 
     for option, lr, momentum in (("--lr", args.lr, 0.0), ("--momentum", 0.01, args.momentum)):
         try:  # each alone, so the message names the option that is wrong
@@ -60,6 +60,10 @@ def _check_train_task(args: argparse.Namespace) -> None:
                              "trains a 1024-neuron network)")
         args.layers = args.layers or DIGITS_LAYERS
         args.epochs = DIGITS_EPOCHS if args.epochs is None else args.epochs
+        try:
+            check_epochs(args.epochs, low=1)
+        except ValueError as error:
+            raise UsageError(f"--epochs: {error}") from error
         args.batch = args.batch or [DIGITS_BATCH]
     else:
         args.layers = args.layers or 120
