@@ -8,6 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
+from dedup_cases import assert_bitwise
+from dedup_cases import random_inputs as _inputs
+from dedup_cases import random_network as _random_network
 
 from sdnn_dask.core.kernels import (
     KernelSettings,
@@ -17,7 +20,6 @@ from sdnn_dask.core.kernels import (
     stream_blocks,
 )
 from sdnn_dask.core.kernels.dedup import Groups, duplicates, hash_csr, hash_dense_t
-from sdnn_dask.core.network import Network
 from sdnn_dask.data.radixnet import make_inputs, make_network
 from sdnn_dask.parallel import DataParallelExecutor
 from sdnn_dask.records import run_records
@@ -25,34 +27,6 @@ from sdnn_dask.records import run_records
 ON = KernelSettings.resolve(dedup=True)
 OFF = KernelSettings.resolve(dedup=False)
 COUNTED = ["layer", "rows_in", "rows_out", "nnz_out"]
-
-
-def assert_bitwise(a: sp.csr_matrix, b: sp.csr_matrix) -> None:
-    a, b = sp.csr_matrix(a), sp.csr_matrix(b)
-    assert a.shape == b.shape
-    assert np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices)
-    assert np.array_equal(a.data.view(np.uint32), b.data.view(np.uint32))
-
-
-def _random_network(seed: int, n: int, layers: int, *, bias, ymax: float,
-                    low: float, high: float, density: float = 0.3) -> Network:
-    rng = np.random.default_rng(seed)
-    mats = []
-    for _ in range(layers):
-        w = sp.random(n, n, density=density, format="csr", dtype=np.float32, rng=rng)
-        w.data = rng.uniform(low, high, w.nnz).astype(np.float32)
-        w.data[w.data == 0] = 0.125
-        mats.append(w)
-    if isinstance(bias, str):
-        bias = rng.uniform(-0.3, 0.1, n).astype(np.float32)
-    return Network(mats, bias=bias, ymax=ymax, name=f"random-{seed}")
-
-
-def _inputs(seed: int, rows: int, n: int, density: float = 0.3) -> sp.csr_matrix:
-    rng = np.random.default_rng(seed)
-    x = sp.random(rows, n, density=density, format="csr", dtype=np.float32, rng=rng)
-    x.data = rng.uniform(0.1, 1.0, x.nnz).astype(np.float32)
-    return x
 
 
 def _both(network, x, **kwargs):
