@@ -311,7 +311,7 @@ class Study:
 
 
 def _read_yaml(path: Path) -> Any:
-    """The YAML a study file holds, read by :class:`_StudyLoader`: at most
+    """The YAML a study file holds, read by the loader :func:`_study_loader` makes: at most
     :data:`MAX_STUDY_BYTES` of UTF-8, no anchors or aliases, nested at most
     :data:`MAX_NESTING` deep; anything else is a :exc:`StudyError` naming the file."""
     import yaml
@@ -342,7 +342,8 @@ def _read_yaml(path: Path) -> Any:
 
 
 class _Refused(Exception):
-    """What :class:`_StudyLoader` will not compose, and the line (1-based) where it is."""
+    """What the loader of :func:`_study_loader` will not compose, and the line (1-based)
+    where it is."""
 
     def __init__(self, line: int, reason: str):
         super().__init__(reason)

@@ -21,7 +21,7 @@ pieces in sequence, so :class:`Wire` gives each worker process:
 
 Only for plain ``tcp://`` clusters (a TLS cluster's pieces keep to its comms, which carry
 its credentials), and only between workers whose wire addresses the client has handed
-out (:func:`~.direct.connect_peers`): anything else goes the comm's way. A connection
+out (:func:`~.run.connect_peers`): anything else goes the comm's way. A connection
 that breaks tells the exchange its peer is lost, as a broken comm does.
 
 Who may talk: each wire has a random secret, handed out with its address (through the
