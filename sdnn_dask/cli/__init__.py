@@ -27,6 +27,7 @@ import dask
 
 from ..data import io
 from ..study import StudyError
+from ..study.validation import clipped
 from .common import (
     DEFAULT_RESULTS,
     Progress,
@@ -57,10 +58,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(args.func(args) or 0)
     except UsageError as error:
         # raised on, as argparse does: SystemExit with code 2 once the message is out
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {clipped(str(error))}", file=sys.stderr)
         raise
     except (FileNotFoundError, io.ChallengeFormatError, StudyError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {clipped(str(error))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(_INTERRUPTED, file=sys.stderr)
@@ -74,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not isinstance(error, WorkerLostError):
             raise
         # compare writes its records only after every run: none were written
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {clipped(str(error))}", file=sys.stderr)
         return 3
 
 

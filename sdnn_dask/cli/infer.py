@@ -12,6 +12,7 @@ from ..core.reference import check_categories
 from ..data import io
 from ..registry import NEURON_PARTITIONS, ROW_PARTITIONS
 from ..study import RunSpec, StudyError
+from ..study.validation import shown
 from .common import (
     Progress,
     UsageError,
@@ -51,7 +52,7 @@ def _infer(args: argparse.Namespace) -> int:
         _check_row_partition(args.partition)
     elif args.strategy in ("model", "hybrid") and args.partition not in NEURON_PARTITIONS:
         raise UsageError(f"--strategy {args.strategy} takes a neuron partition "
-                         f"{NEURON_PARTITIONS}, not {args.partition!r}")
+                         f"{NEURON_PARTITIONS}, not {shown(args.partition)}")
     serial = args.strategy in ("reference", "kernel")
     [transport] = _one_transport(args.transport)
     spec = _spec(args, args.strategy, None if serial else args.partition, transport)
@@ -80,7 +81,7 @@ def _infer(args: argparse.Namespace) -> int:
 def _check_row_partition(name: str) -> None:
     if name not in ROW_PARTITIONS:
         raise UsageError(f"--strategy data takes a row partition {ROW_PARTITIONS}, "
-                         f"not {name!r}")
+                         f"not {shown(name)}")
 
 
 def _one_transport(value: str) -> list[str]:

@@ -11,6 +11,8 @@ from pathlib import Path
 from .. import config, records
 from ..partition.traffic import DEFAULT_SAMPLE
 from ..registry import NEURON_PARTITIONS, ORDERS, ROW_PARTITIONS, STRATEGIES
+from ..study.validation import clipped, shown
+from ..training.optim import MAX_EPOCHS, MAX_LR
 from .cluster import cmd_cluster
 from .common import DEFAULT_RESULTS
 from .compare import cmd_compare
@@ -30,7 +32,7 @@ def _integer(text: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not an integer") from None
 
 
 def _at_least(low: int):
@@ -69,9 +71,9 @@ def _epsilon(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a number") from None
     if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {shown(text)}")
     return value
 
 
@@ -80,10 +82,10 @@ def _positive_list(text: str) -> list[int]:
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected positive integers like 64,512, got "
-                                         f"{text!r}") from None
+                                         f"{shown(text)}") from None
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"expected positive integers like 64,512, got "
-                                         f"{text!r}")
+                                         f"{shown(text)}")
     return values
 
 
@@ -164,8 +166,16 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
 # --------------------------------------------------------------------------- the parser
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, its errors cut to a sane length: its own messages quote what
+    was given (``invalid choice: '<a megabyte>'``)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        super().error(clipped(message))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="sdnn-dask",
         description="Run and compare parallel strategies for sparse DNN inference "
                     "(HPEC Sparse DNN Graph Challenge) on Dask.",
@@ -292,7 +302,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=POSITIVE, default=None,
                    help="--task steps: timed steps per batch size, after an untimed one (3)")
     p.add_argument("--epochs", type=POSITIVE, default=None,
-                   help=f"--task digits: passes over the training digits ({DIGITS_EPOCHS})")
+                   help=f"--task digits: passes over the training digits, at most "
+                        f"{MAX_EPOCHS:,} ({DIGITS_EPOCHS})")
     p.add_argument("--batch", type=_positive_list, default=None,
                    help=f"--task digits: rows per step ({DIGITS_BATCH}); several, "
                         "comma-separated, run each and say where data and model "
@@ -306,7 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--row-groups", type=POSITIVE, default=2,
                    help="row groups of the hybrid runs, each run by its own copy of the k "
                         "parts of every --model partition; 1: no hybrid runs (2)")
-    p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (0.01)")
+    p.add_argument("--lr", type=float, default=0.01,
+                   help=f"SGD learning rate, at most {MAX_LR:g} (0.01)")
     p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (0.9)")
     _add_cluster_arguments(p)
     p.add_argument("--results", type=Path, default=DEFAULT_RESULTS,

@@ -11,6 +11,7 @@ from ..files import atomic_path, write_text_atomic
 from ..formatting import to_text
 from ..parallel.allocator import tune_allocator
 from ..registry import NEURON_PARTITIONS
+from ..study.validation import shown
 from .common import (
     Progress,
     UsageError,
@@ -32,7 +33,7 @@ def _train_partitions(model: str) -> list[str]:
     partitions = [] if model == "none" else [m.strip() for m in model.split(",")]
     for method in partitions:
         if method not in NEURON_PARTITIONS:
-            raise UsageError(f"--model: unknown partition {method!r}; choose from "
+            raise UsageError(f"--model: unknown partition {shown(method)}; choose from "
                              f"{', '.join(NEURON_PARTITIONS)} or none")
     return partitions
 
@@ -40,7 +41,7 @@ def _train_partitions(model: str) -> list[str]:
 def _check_train_task(args: argparse.Namespace) -> None:
     """Refuse the options of the other task and SGD settings the trainers refuse; fill in
     this task's defaults."""
-    from ..training.optim import check_settings
+    from ..training.optim import check_epochs, check_settings
 
     for option, lr, momentum in (("--lr", args.lr, 0.0), ("--momentum", 0.01, args.momentum)):
         try:  # each alone, so the message names the option that is wrong
@@ -59,6 +60,10 @@ def _check_train_task(args: argparse.Namespace) -> None:
                              "trains a 1024-neuron network)")
         args.layers = args.layers or DIGITS_LAYERS
         args.epochs = DIGITS_EPOCHS if args.epochs is None else args.epochs
+        try:
+            check_epochs(args.epochs, low=1)
+        except ValueError as error:
+            raise UsageError(f"--epochs: {error}") from error
         args.batch = args.batch or [DIGITS_BATCH]
     else:
         args.layers = args.layers or 120

@@ -1,6 +1,6 @@
 """The tasks data parallelism runs on a worker: blocks of rows through every layer.
 
-Executed on the workers by :class:`~.data.DataParallelExecutor` (module-level functions, so
+Executed on the workers by :class:`~.data_executor.DataParallelExecutor` (module-level functions, so
 Dask sends them by reference): one block alone (:func:`run_block`); a worker's pinned blocks
 merged (:func:`run_blocks`, from :func:`start_one` and :func:`finish_here`); dynamic
 placement's loop over a scheduler queue (:func:`drain_queue`); a streamed network's blocks

@@ -1,4 +1,4 @@
-"""Workers that die mid-run: a clear error instead of Dask's cancellations, or a hang.
+"""Workers lost mid-run: a clear error instead of Dask's cancellations, or a hang.
 
 Data a client *scatters* has no recipe, so Dask cannot recompute it: when the only worker
 holding a scattered input block, weight slice or slab dies, the scheduler forgets it and
@@ -23,6 +23,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
 from distributed import Client, Future, wait
+from distributed.comm import get_address_host
 from distributed.comm.core import CommClosedError
 
 T = TypeVar("T")
@@ -35,7 +36,12 @@ POLL_SECONDS = 1.0
 
 
 class WorkerLostError(RuntimeError):
-    """A worker died during a run, which was cancelled: nothing of it was returned.
+    """A worker was lost during a run, which was cancelled: nothing of it was returned.
+
+    The message says the worker *died* only when that is known (its process is gone:
+    :func:`lost_reasons`), that it *stopped answering* when the scheduler removed it for
+    missed heartbeats, and otherwise that it was *lost (died or unreachable)*: a worker cut
+    off by a network partition is alive, and looks the same from here as a dead one.
 
     Attributes
     ----------
@@ -44,23 +50,130 @@ class WorkerLostError(RuntimeError):
     lost
         Addresses of the run's workers no longer connected (may be empty when the worker
         came back under the same address: then only the lost data tells).
+    reasons
+        What is known of each lost worker: ``"died"``, ``"unanswering"`` or ``"lost"``
+        (unknown), see :func:`lost_reasons`.
     """
 
-    def __init__(self, strategy: str, lost: Iterable[str], detail: str = ""):
+    def __init__(self, strategy: str, lost: Iterable[str], detail: str = "", *,
+                 reasons: dict[str, str] | None = None):
         self.strategy = strategy
         self.lost = sorted(lost)
+        if reasons is None:  # what the worker processes seen on this machine tell
+            reasons = lost_reasons(None, self.lost)
+        self.reasons = {w: reasons.get(w, "lost") for w in self.lost}
+        known = set(self.reasons.values())
         who = (f"worker {', '.join(self.lost)}" if self.lost
                else "a worker holding part of its data")
+        if known == {"died"}:
+            what = "died mid-run"
+        elif "unanswering" in known:
+            what = ("stopped answering mid-run (the scheduler missed its heartbeats: hung "
+                    "or cut off from the network)")
+        else:
+            what = "was lost mid-run (died or unreachable)"
         super().__init__(
-            f"{strategy} run aborted: {who} died mid-run{detail}. Its tasks were cancelled and "
+            f"{strategy} run aborted: {who} {what}{detail}. Its tasks were cancelled and "
             "nothing was returned or recorded; run it again (the executor places its data on "
             "the workers connected then)"
         )
 
 
+#: A worker's host and process id, as the scheduler knew them while it was connected.
+Identity = tuple[str, int]
+
+
+#: Identities seen, by worker address: asked of the scheduler once a worker, not each run
+#: (a run's gather is timed, and a training step can take milliseconds).
+_SEEN: dict[str, Identity] = {}
+
+
+def identities(client: Client, workers: Iterable[str]) -> dict[str, Identity]:
+    """The host and pid of each of ``workers`` (asked of the scheduler the first time an
+    address is seen; :func:`connected` does so as well): recorded before a run, so that
+    :func:`lost_reasons` can tell afterwards whether a lost worker died."""
+    workers = list(workers)
+    if any(w not in _SEEN for w in workers):
+        try:  # the scheduler's record of each worker (its info has no pid)
+            seen = client.run_on_scheduler(_worker_identities)
+        except Exception:  # a scheduler gone, or without sdnn_dask: "lost" then
+            seen = {}
+        if not _is_this_machine(get_address_host(client.scheduler.address)):
+            # hosts as another machine sees them ("127.0.0.1" is the scheduler's): the
+            # processes cannot be looked at from here
+            seen = {w: ("", pid) for w, (_, pid) in seen.items()}
+        _SEEN.update(seen)
+    return {w: _SEEN[w] for w in workers if w in _SEEN}
+
+
+def _worker_identities(dask_scheduler: Any) -> dict[str, Identity]:
+    """On the scheduler: each connected worker's host and pid."""
+    return {address: (str(ws.host), int(ws.pid))
+            for address, ws in dask_scheduler.workers.items() if ws.pid}
+
+
+def lost_reasons(client: Client | None, lost: Iterable[str],
+                 known: dict[str, Identity] | None = None) -> dict[str, str]:
+    """What is known of why each ``lost`` worker left, for :exc:`WorkerLostError`.
+
+    ``"unanswering"`` when the scheduler removed it for missed heartbeats (its
+    ``worker-ttl-timed-out`` event, asked of ``client``: alive but hung or cut off);
+    ``"died"`` when its process (``known``, default: the identities :func:`identities`
+    recorded), on this machine, no longer runs (a nanny's restart makes a new one);
+    ``"lost"`` otherwise: a closed connection alone does not say whether the process died
+    or the network failed, and a process on another machine cannot be looked at.
+    """
+    known = _SEEN if known is None else known
+    timed_out: set[str] = set()
+    if client is not None:
+        try:
+            for _, event in client.get_events("scheduler"):
+                if isinstance(event, dict) and event.get("action") == "worker-ttl-timed-out":
+                    timed_out.update(event.get("workers", ()))
+        except (OSError, TimeoutError, asyncio.TimeoutError):  # the scheduler is gone too
+            pass
+    reasons = {}
+    for worker in lost:
+        host, pid = known.get(worker, ("", 0))
+        if worker in timed_out:
+            reasons[worker] = "unanswering"
+        elif pid and _is_this_machine(host) and _gone(pid):
+            reasons[worker] = "died"
+        else:
+            reasons[worker] = "lost"
+    return reasons
+
+
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie its nanny has not reaped yet has)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _is_this_machine(host: str) -> bool:
+    """Whether ``host`` (an address the scheduler saw a worker at) is this machine."""
+    import socket
+
+    import psutil
+
+    if not host:
+        return False
+    if host in ("127.0.0.1", "::1", "localhost", socket.gethostname()):
+        return True
+    return any(a.address == host for addrs in psutil.net_if_addrs().values() for a in addrs)
+
+
 def connected(client: Client) -> set[str]:
-    """Addresses of the workers connected now."""
-    return set(client.nthreads())
+    """Addresses of the workers connected now (a new one's host and pid recorded, for
+    :func:`lost_reasons`)."""
+    now = set(client.nthreads())
+    if not now <= _SEEN.keys():
+        identities(client, now)
+    return now
 
 
 def gather_pinned(client: Client, futures: list[Future], workers: Iterable[str], *,
@@ -73,6 +186,7 @@ def gather_pinned(client: Client, futures: list[Future], workers: Iterable[str],
     Errors raised by the tasks themselves propagate unchanged.
     """
     workers = set(workers)
+    identities(client, workers)  # before any is lost
     while True:
         try:
             with client.as_current():  # wait() looks up the current client
@@ -84,7 +198,7 @@ def gather_pinned(client: Client, futures: list[Future], workers: Iterable[str],
         lost = workers - connected(client)
         if lost or any(f.cancelled() for f in futures):
             client.cancel(futures)
-            raise WorkerLostError(strategy, lost)
+            raise WorkerLostError(strategy, lost, reasons=lost_reasons(client, lost))
         if all(f.done() for f in futures):
             return _gather_watching(client, futures, workers, strategy=strategy, poll=poll)
 
@@ -103,9 +217,12 @@ def _gather_watching(client: Client, futures: list[Future], workers: set[str], *
                 lost = workers - connected(client)
                 if lost:
                     client.cancel(futures)  # the gather then ends, cancelled
-                    raise WorkerLostError(strategy, lost) from None
-            except CancelledError as error:  # a worker died after its results were done
-                raise WorkerLostError(strategy, workers - connected(client)) from error
+                    raise WorkerLostError(strategy, lost,
+                                          reasons=lost_reasons(client, lost)) from None
+            except CancelledError as error:  # a worker was lost after its results were done
+                lost = workers - connected(client)
+                raise WorkerLostError(strategy, lost,
+                                      reasons=lost_reasons(client, lost)) from error
 
 
 def prepare_workers(client: Client, ready: set[str], setup: list[Callable[[], Any]]) -> None:

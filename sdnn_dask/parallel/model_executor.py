@@ -9,7 +9,7 @@ per part ``p``::
     step   p      :  Y_l[:, own_p] = Y_{l-1}[:, needed_p] @ W_l[needed_p, own_p]
 
 Two transports carry the pieces: ``direct`` (the default; one long-running task per part
-runs every layer and sends its pieces worker to worker, :mod:`.direct`) and ``graph``
+runs every layer and sends its pieces worker to worker, :mod:`.model_direct`) and ``graph``
 (a Dask task per send and per step, every exchange scheduled by Dask).
 
 so a part receives exactly the activation columns it reads and does not own: the

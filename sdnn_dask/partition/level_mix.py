@@ -6,7 +6,7 @@ are the owners. On RadiX-Net's first block of layers (no row permutation) layer 
 *exactly* aligned with every layer whose shift is a multiple of its bucket count, and moves
 nothing there, while the layer-by-layer partition, aligned with the layers before, moves
 a third of the run's bytes in those layers (65536-30 x 60000 rows at k = 2: 940 of 2498
-MB, forecast). Any level may take any balanced partition, so :func:`cheapest_mix` chooses,
+MB, forecast). Any level may take any balanced partition, so :meth:`LevelMix.choose` chooses,
 for every level, one of a few candidates (the layer-by-layer hypergraph's level, layer
 hashing, contiguous blocks) by dynamic programming over the levels: the cost of layer
 ``l`` with its owners from one candidate and its columns from another is the traffic of

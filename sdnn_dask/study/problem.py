@@ -21,7 +21,7 @@ from ..data import io, store
 from ..data.streaming import StreamedNetwork, resident_bytes
 from ..registry import ORDERS
 from .sampling import SampledCheck
-from .validation import StudyError, choice, digest, is_int, say
+from .validation import StudyError, choice, digest, is_int, say, shown
 
 #: Rows of a generated problem when not given (the challenge's 60000).
 DEFAULT_ROWS = 60000
@@ -103,13 +103,13 @@ class ProblemSpec:
         sizes = sorted(int(k) for k in config.get("bias"))
         if not is_int(self.neurons) or self.neurons not in sizes:
             raise StudyError(f"neurons must be one of {', '.join(map(str, sizes))} (the "
-                             f"challenge's sizes), got {self.neurons!r}")
+                             f"challenge's sizes), got {shown(self.neurons)}")
         for name in ("layers", "inputs", "tile", "check_rows"):
             value = getattr(self, name)
             if value is not None and (not is_int(value) or value < 1):
-                raise StudyError(f"{name} must be a positive integer, got {value!r}")
+                raise StudyError(f"{name} must be a positive integer, got {shown(value)}")
         if not is_int(self.seed) or self.seed < 0:
-            raise StudyError(f"seed must be an integer >= 0, got {self.seed!r}")
+            raise StudyError(f"seed must be an integer >= 0, got {shown(self.seed)}")
 
     def key(self) -> str:
         """A short stable id of the problem (its fields, hashed; ``check_rows`` only when

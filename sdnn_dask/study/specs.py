@@ -26,7 +26,7 @@ from ..registry import (
     partitions_of,
 )
 from .problem import Problem
-from .validation import StudyError, choice, digest, is_int, nearest
+from .validation import StudyError, choice, digest, is_int, nearest, shown
 
 
 @dataclass(frozen=True)
@@ -103,36 +103,36 @@ class RunSpec:
         partition = self.partition or allowed[0]
         if partition not in allowed:
             raise StudyError(f"strategy {s} takes partition {' | '.join(allowed)}, not "
-                             f"{partition!r}{nearest(partition, allowed)}")
+                             f"{shown(partition)}{nearest(partition, allowed)}")
         fix(self, "partition", partition)
         for name in ("parts", "row_groups", "blocks", "workers", "nbuckets"):
             value = getattr(self, name)
             if value is not None and (not is_int(value) or value < 1):
-                raise StudyError(f"{name} must be a positive integer, got {value!r}")
+                raise StudyError(f"{name} must be a positive integer, got {shown(value)}")
         if not is_int(self.seed) or self.seed < 0:
-            raise StudyError(f"seed must be an integer >= 0, got {self.seed!r}")
+            raise StudyError(f"seed must be an integer >= 0, got {shown(self.seed)}")
         if self.chunk_bytes is not None and (not is_int(self.chunk_bytes)
                                              or self.chunk_bytes < 1):
             raise StudyError(f"chunk_bytes must be a positive integer, got "
-                             f"{self.chunk_bytes!r}")
+                             f"{shown(self.chunk_bytes)}")
         if self.dense_threshold is not None:
             if isinstance(self.dense_threshold, bool) or not isinstance(
                     self.dense_threshold, int | float) or self.dense_threshold < 0:
                 raise StudyError(f"dense_threshold must be a number >= 0, got "
-                                 f"{self.dense_threshold!r}")
+                                 f"{shown(self.dense_threshold)}")
             fix(self, "dense_threshold", float(self.dense_threshold))
         if s == "reference" and (self.dense_threshold is not None
                                  or self.chunk_bytes is not None):
             raise StudyError("dense_threshold and chunk_bytes are the compiled kernel's; "
                              "the reference recurrence has none")
         if self.dedup is not None and not isinstance(self.dedup, bool):
-            raise StudyError(f"dedup must be true or false, got {self.dedup!r}")
+            raise StudyError(f"dedup must be true or false, got {shown(self.dedup)}")
         if s == "reference" and self.dedup is not None:
             raise StudyError("dedup is the compiled kernel's (identical rows computed "
                              "once); the reference recurrence computes every row")
         if self.epsilon is not None and not (isinstance(self.epsilon, int | float)
                                              and 0 <= self.epsilon < float("inf")):
-            raise StudyError(f"epsilon must be a number >= 0, got {self.epsilon!r}")
+            raise StudyError(f"epsilon must be a number >= 0, got {shown(self.epsilon)}")
         if s in SERIAL_STRATEGIES:
             for name in ("parts", "row_groups", "blocks", "transport", "nbuckets",
                          "epsilon", "objective"):
@@ -148,7 +148,7 @@ class RunSpec:
         if s != "data" and self.merge is not None:
             raise StudyError("merge applies to data parallelism (true or false)")
         if self.merge is not None and not isinstance(self.merge, bool):
-            raise StudyError(f"merge must be true or false, got {self.merge!r}")
+            raise StudyError(f"merge must be true or false, got {shown(self.merge)}")
         if s == "data":
             fix(self, "merge", True if self.merge is None else self.merge)
             fix(self, "placement", choice("placement", self.placement or PLACEMENTS[0],

@@ -5,6 +5,7 @@ interrupted study resumes where it stopped."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
 import itertools
 import math
@@ -23,7 +24,7 @@ from .outcomes import Records
 from .problem import DEFAULT_ROWS, Problem, ProblemSpec, check_input_size, load_problem
 from .runner import Runner
 from .specs import RunSpec, run_key, serial_first
-from .validation import StudyError, is_int, nearest, say
+from .validation import StudyError, is_int, nearest, say, shown
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -43,6 +44,11 @@ _KINDS = {name: str(kind).split("|")[0].strip()
 MAX_RUNS = 10_000
 #: A study's name, which names its results folder: a plain name, no path.
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+ -]{0,99}")
+#: The largest study file read (bytes): a grid of :data:`MAX_RUNS` runs is written in
+#: lists of a few hundred bytes; more is refused before it is parsed.
+MAX_STUDY_BYTES = 1 << 20
+#: The deepest nesting of a study file's YAML (a study, its runs, an entry, a list: 4).
+MAX_NESTING = 16
 #: The problem keys that name files and folders (relative to the study file).
 PATH_KEYS = {"data": "folder", "inputs_file": "file", "truth": "file"}
 #: The report's files a study writes at its end (:func:`sdnn_dask.report.html`).
@@ -99,21 +105,8 @@ class Study:
             Naming the file and what is wrong: not YAML, not a mapping, an unknown key (and
             the nearest valid one), a value of the wrong type, an impossible combination.
         """
-        import yaml
-
         path = Path(path)
-        try:
-            text = path.read_text()
-        except OSError as error:
-            raise StudyError(f"{path}: cannot read the study ({error.strerror or error})"
-                             ) from error
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as error:
-            mark = getattr(error, "problem_mark", None)
-            where = f", line {mark.line + 1}" if mark is not None else ""
-            raise StudyError(f"{path}{where}: not valid YAML "
-                             f"({getattr(error, 'problem', None) or error})") from error
+        data = _read_yaml(path)
         try:
             study = cls.from_dict(data, default_name=path.stem)
         except StudyError as error:
@@ -138,7 +131,7 @@ class Study:
         for key, kind in STUDY_KEYS.items():
             if key in data and not _is_type(data[key], kind):
                 raise StudyError(f"{key}: expected {_type_name(kind)}, got "
-                                 f"{data[key]!r}")
+                                 f"{shown(data[key])}")
         for key in ("repeats", "workers"):
             if key in data and data[key] < 1:
                 raise StudyError(f"{key}: must be >= 1, got {data[key]}")
@@ -317,11 +310,87 @@ class Study:
                 trim_memory()  # a serial run's freed tiles, before the next run
 
 
+def _read_yaml(path: Path) -> Any:
+    """The YAML a study file holds, read by the loader :func:`_study_loader` makes: at most
+    :data:`MAX_STUDY_BYTES` of UTF-8, no anchors or aliases, nested at most
+    :data:`MAX_NESTING` deep; anything else is a :exc:`StudyError` naming the file."""
+    import yaml
+
+    try:
+        with path.open("rb") as file:
+            raw = file.read(MAX_STUDY_BYTES + 1)  # bounded: /dev/zero is refused too
+    except OSError as error:
+        raise StudyError(f"{path}: cannot read the study ({error.strerror or error})"
+                         ) from error
+    if len(raw) > MAX_STUDY_BYTES:
+        raise StudyError(f"{path}: over {MAX_STUDY_BYTES:,} bytes; a study file is a "
+                         "short grid (its runs are counted in lists, not written out)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw[:error.start].count(b"\n") + 1
+        raise StudyError(f"{path}, line {line}: not UTF-8 text") from None
+    try:
+        return yaml.load(text, Loader=_study_loader())  # a SafeLoader, stricter
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f", line {mark.line + 1}" if mark is not None else ""
+        raise StudyError(f"{path}{where}: not valid YAML "
+                         f"({getattr(error, 'problem', None) or error})") from error
+    except _Refused as refused:
+        raise StudyError(f"{path}, line {refused.line}: {refused.reason}") from None
+
+
+class _Refused(Exception):
+    """What the loader of :func:`_study_loader` will not compose, and the line (1-based)
+    where it is."""
+
+    def __init__(self, line: int, reason: str):
+        super().__init__(reason)
+        self.line, self.reason = line, reason
+
+
+@functools.cache
+def _study_loader() -> type:
+    """A ``yaml.SafeLoader`` that refuses anchors and aliases and deep nesting, made on
+    first use (``yaml`` is imported only when a study file is read).
+
+    Aliases are refused outright rather than expanded within a budget: a study needs none
+    (its lists are grids already), and a chain of them ("billion laughs") turns a
+    375-byte file into a structure whose every message or copy is gigabytes. The check is
+    made as each node is composed, so a refused file is never built.
+    """
+    import yaml
+
+    class _StudyLoader(yaml.SafeLoader):
+        depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            event = self.peek_event()
+            line = event.start_mark.line + 1
+            anchor = getattr(event, "anchor", None)
+            if anchor is not None:
+                sign = "*" if isinstance(event, yaml.AliasEvent) else "&"
+                raise _Refused(line, f"a YAML anchor or alias ({sign}{anchor[:40]}); "
+                                     "a study file writes each value out (an alias chain "
+                                     "can expand a few bytes past memory)")
+            if self.depth >= MAX_NESTING:
+                raise _Refused(line, f"nested over {MAX_NESTING} deep; a study file nests "
+                                     "a few levels (study, runs, entry, list)")
+            self.depth += 1
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+    return _StudyLoader
+
+
 def max_runs() -> int:
     """The most runs a study may have: ``sdnn.study.max-runs`` (default :data:`MAX_RUNS`)."""
     value = config.get("study.max-runs", MAX_RUNS)
     if not is_int(value) or value < 1:
-        raise StudyError(f"sdnn.study.max-runs: expected a positive integer, got {value!r}")
+        raise StudyError(f"sdnn.study.max-runs: expected a positive integer, got {shown(value)}")
     return int(value)
 
 
@@ -353,7 +422,7 @@ def _plain_name(name: Any, *, given: bool) -> str:
     text = str(name)
     if not PLAIN_NAME.fullmatch(text):
         where = "name" if given else "the study file's name (give a name: key)"
-        raise StudyError(f"{where}: {text!r} is not a plain name; expected letters, digits, "
+        raise StudyError(f"{where}: {shown(text)} is not a plain name; expected letters, digits, "
                          "'_', '.', '+', '-' or spaces, starting with a letter, digit or "
                          "'_', at most 100 characters (it names the results folder)")
     return text
@@ -398,20 +467,20 @@ def _check_keys(entry: dict, allowed: Iterable[str], where: str) -> None:
     allowed = list(allowed)
     for key in entry:
         if key not in allowed:
-            raise StudyError(f"{where}: unknown key {key!r}{nearest(key, allowed)}; valid "
+            raise StudyError(f"{where}: unknown key {shown(key)}{nearest(key, allowed)}; valid "
                              f"keys: {', '.join(allowed)}")
 
 
 def _check_value(key: str, value: Any, where: str) -> None:
     kind = _KINDS.get(key)
     if kind == "int" and not is_int(value):
-        raise StudyError(f"{where}: {key} must be an integer, got {value!r}")
+        raise StudyError(f"{where}: {key} must be an integer, got {shown(value)}")
     if kind == "str" and not isinstance(value, str):
-        raise StudyError(f"{where}: {key} must be text, got {value!r}")
+        raise StudyError(f"{where}: {key} must be text, got {shown(value)}")
     if kind == "float" and (isinstance(value, bool) or not isinstance(value, int | float)):
-        raise StudyError(f"{where}: {key} must be a number, got {value!r}")
+        raise StudyError(f"{where}: {key} must be a number, got {shown(value)}")
     if kind == "bool" and not isinstance(value, bool):
-        raise StudyError(f"{where}: {key} must be true or false, got {value!r}")
+        raise StudyError(f"{where}: {key} must be true or false, got {shown(value)}")
 
 
 def _expand(entry: Any, allowed: dict[str, Any], where: str, make: Callable[..., Any]
@@ -419,7 +488,7 @@ def _expand(entry: Any, allowed: dict[str, Any], where: str, make: Callable[...,
     """Every combination of an entry's values (a list is a choice, a scalar one value)."""
     if not isinstance(entry, dict):
         raise StudyError(f"{where}: expected a mapping like {{strategy: data}}, got "
-                         f"{entry!r}")
+                         f"{shown(entry)}")
     _check_keys(entry, allowed, where)
     if make is RunSpec and "strategy" not in entry:
         raise StudyError(f"{where}: every run entry names a strategy "

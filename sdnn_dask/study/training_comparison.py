@@ -37,6 +37,7 @@ from ..training.loop import fit, fit_trainer, step_bytes, train_step
 from ..training.model import SparseModel, init_model
 from ..training.model_parallel import ModelParallelTrainer
 from ..training.optim import SGD
+from .validation import shown
 
 __all__ = [
     "DIGITS_COLUMNS",
@@ -141,7 +142,7 @@ def runs(strategies: Sequence[str], partitions: Sequence[str]) -> list[tuple[str
     for strategy in strategies:
         if strategy not in TRAINERS:
             raise ValueError(f"strategy must be one of {', '.join(TRAINERS)}, got "
-                             f"{strategy!r}")
+                             f"{shown(strategy)}")
         kind = TRAINERS[strategy]
         out += [(strategy, p) for p in partitions] if kind.per_partition else [
             (strategy, "block")]
@@ -154,7 +155,8 @@ def make_trainer(client: Client, strategy: str, partition: str, model: SparseMod
     """The trainer of ``strategy`` (a key of :data:`TRAINERS`) on ``partition``, starting
     from a copy of ``model`` (``row_groups``: the hybrid's)."""
     if strategy not in TRAINERS:
-        raise ValueError(f"strategy must be one of {', '.join(TRAINERS)}, got {strategy!r}")
+        raise ValueError(f"strategy must be one of {', '.join(TRAINERS)}, got "
+                         f"{shown(strategy)}")
     return TRAINERS[strategy].build(client, model, partition, k=k, row_groups=row_groups,
                                     lr=lr, momentum=momentum, seed=seed)
 

@@ -42,10 +42,12 @@ from .digits import DigitsData, load_digits_1024, train_digits
 from .loop import BACKENDS, batches, fit, fit_trainer, gradients, predict, train_step
 from .losses import softmax_cross_entropy
 from .model import Gradients, SparseModel, init_model, pattern_of
-from .optim import SGD
+from .optim import MAX_EPOCHS, MAX_LR, SGD
 
 __all__ = [
     "BACKENDS",
+    "MAX_EPOCHS",
+    "MAX_LR",
     "SGD",
     "DigitsData",
     "Gradients",

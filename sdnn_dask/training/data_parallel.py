@@ -98,8 +98,8 @@ class StepResult(StepTiming):
     compute_seconds
         The slowest worker's compute: forward, backward and update (direct transport).
     slots
-        Per worker, what its step measured (:func:`~.direct.run_slot`'s records: the
-        seconds of :data:`~.slot.TIMING_KEYS`, bytes; direct transport).
+        Per worker, what its step measured (:func:`~.slot_task.run_slot`'s records: the
+        seconds of :data:`~.collectives.TIMING_KEYS`, bytes; direct transport).
     """
 
     loss: float
@@ -125,7 +125,7 @@ class DataParallelTrainer(Trainer):
         ``"compiled"`` (default) or ``"reference"``.
     transport
         ``"direct"`` (default: one task per worker and step; the gradient is all-reduced
-        worker to worker, :func:`.slot.allreduce`) or ``"graph"`` (the tree of tasks
+        worker to worker, :func:`.collectives.allreduce`) or ``"graph"`` (the tree of tasks
         described above, the gradients moved by Dask).
     bucket_bytes
         Direct transport, two workers: the least bytes of gradient a worker sends to the

@@ -17,7 +17,7 @@ import scipy.ndimage
 from ..data.radixnet import make_network
 from .loop import BACKENDS, fit
 from .model import SparseModel, init_model
-from .optim import SGD
+from .optim import SGD, check_epochs, check_settings
 
 __all__ = ["DigitsData", "digits_model", "load_digits_1024", "train_digits"]
 
@@ -176,6 +176,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--backend", choices=BACKENDS, default="compiled")
     args = parser.parse_args(argv)
+    try:  # argparse's error: exit 2 with the message, not a traceback from the first step
+        check_settings(args.lr, args.momentum, args.weight_decay)
+        check_epochs(args.epochs, low=1)
+    except ValueError as error:
+        parser.error(str(error))
+    for option, value in (("--layers", args.layers), ("--batch", args.batch)):
+        if value < 1:
+            parser.error(f"{option} must be >= 1, got {value}")
     history = train_digits(args.layers, args.epochs, args.batch, args.lr,
                            momentum=args.momentum, weight_decay=args.weight_decay,
                            seed=args.seed, backend=args.backend)

@@ -13,7 +13,7 @@ import scipy.sparse as sp
 from . import compiled, reference
 from .losses import as_labels
 from .model import Gradients, SparseModel
-from .optim import SGD
+from .optim import SGD, check_epochs
 
 __all__ = ["BACKENDS", "HISTORY_COLUMNS", "TRAINER_HISTORY_COLUMNS", "batches", "fit",
            "fit_trainer", "gradients", "predict", "step_bytes", "train_step"]
@@ -99,8 +99,7 @@ def _epochs(take_steps: Callable[[np.ndarray, np.ndarray, list[np.ndarray]],
     row ids, in order) and giving each step's loss and bytes moved, the accuracies of
     ``current()`` after each epoch; ``prepare(x_train, y_train)`` first, untimed."""
     _check_backend(backend)
-    if epochs < 0:
-        raise ValueError(f"epochs must be >= 0, got {epochs}")
+    check_epochs(epochs)
     classes = current().n_classes
     y_train = as_labels(y_train, x_train.shape[0], classes)
     y_test = as_labels(y_test, x_test.shape[0], classes)

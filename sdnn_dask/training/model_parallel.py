@@ -101,7 +101,7 @@ class ModelParallelStep(StepTiming):
         The longest a slot waited for pieces, and the slowest slot's compute (forward,
         backward, update; direct transport).
     slots
-        Per slot, what its step measured (:func:`~.direct.run_slot`'s records; direct
+        Per slot, what its step measured (:func:`~.slot_task.run_slot`'s records; direct
         transport).
     """
 

@@ -21,22 +21,53 @@ def sgd_update(p, g, v, lr, momentum, decay, use_velocity):  # pragma: no cover
             v[k] = d
         p[k] -= lr * d
 
-__all__ = ["SGD"]
+__all__ = ["MAX_EPOCHS", "MAX_LR", "SGD", "check_epochs", "check_settings"]
+
+#: The largest learning rate accepted. The update is made in the model's float32, where a
+#: rate past 3.4e38 is infinite and every weight NaN at the first step; training diverges
+#: long before that: on the digits (4 layers, batch 32, momentum 0.9) lr 1 already drives
+#: the loss to 5e4, lr 1e15 to 7e20, and from lr 1e18 on the weights overflow to NaN in
+#: the first epoch, and the check against the serial run compares NaNs. 1e3 is far past
+#: any rate that learns and far below where float32 gives out.
+MAX_LR = 1e3
+#: The most epochs accepted: an epoch of the digits takes about a second a strategy, so
+#: 10,000 of them are hours already; more is a typo (``1e20``), not a run that finishes.
+MAX_EPOCHS = 10_000
 
 
 def check_settings(lr: float, momentum: float, weight_decay: float) -> None:
-    """Raise ``ValueError`` unless ``0 < lr < inf``, ``0 <= momentum < 1`` and
+    """Raise ``ValueError`` unless ``0 < lr <= MAX_LR``, ``0 <= momentum < 1`` and
     ``0 <= weight_decay < inf`` (what :class:`SGD` and the parallel trainers accept).
 
-    An infinite rate or decay is refused here: it makes every weight NaN in the first step,
-    and the run would report NaN losses rather than the mistake.
+    An infinite or huge rate (:data:`MAX_LR`) or an infinite decay is refused here: it
+    makes every weight NaN within an epoch, and the run would report NaN losses (every
+    check failed, the serial run's against itself included) rather than the mistake.
     """
-    if not (lr > 0 and math.isfinite(lr)):
-        raise ValueError(f"lr must be positive and finite, got {lr}")
+    number = isinstance(lr, int | float | np.floating | np.integer) and not isinstance(lr, bool)
+    if not (number and 0 < lr <= MAX_LR):
+        why = " (past it training diverges to NaN weights)" if number and lr > MAX_LR else ""
+        raise ValueError(f"lr must be a number in (0, {MAX_LR:g}]{why}, got {lr!r:.40}")
     if not 0 <= momentum < 1:
-        raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+        raise ValueError(f"momentum must be in [0, 1), got {momentum!r:.40}")
     if not (weight_decay >= 0 and math.isfinite(weight_decay)):
-        raise ValueError(f"weight_decay must be >= 0 and finite, got {weight_decay}")
+        raise ValueError(f"weight_decay must be >= 0 and finite, got {weight_decay!r:.40}")
+
+
+def check_epochs(epochs: int, low: int = 0) -> None:
+    """Raise ``ValueError`` unless ``epochs`` is an integer in ``[low, MAX_EPOCHS]``.
+
+    Examples
+    --------
+    >>> check_epochs(5)
+    >>> check_epochs(1e20)
+    Traceback (most recent call last):
+    ...
+    ValueError: epochs must be an integer in [0, 10000], got 1e+20
+    """
+    if (not isinstance(epochs, int | np.integer) or isinstance(epochs, bool)
+            or not low <= epochs <= MAX_EPOCHS):
+        raise ValueError(f"epochs must be an integer in [{low}, {MAX_EPOCHS}], got "
+                         f"{epochs!r:.40}")
 
 
 class SGD:

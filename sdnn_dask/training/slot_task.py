@@ -22,9 +22,9 @@ through the inference's :class:`~sdnn_dask.parallel.transport.exchange.PieceExch
    part order), masks them (its bias gradient) and sends the partial errors of the inputs
    it read back to their owners, the transposed pattern of the forward;
 4. with ``R > 1``, its parameters' gradient is summed across the ``R`` slots of the same
-   part (:func:`~.slot.allreduce`: reduce-scatter then all-gather, each of ``R`` chunks summed
-   once, in group order, on one slot and sent to the others, so every copy gets the same
-   bits);
+   part (:func:`~.collectives.allreduce`: reduce-scatter then all-gather, each of ``R``
+   chunks summed once, in group order, on one slot and sent to the others, so every copy
+   gets the same bits);
 5. it applies SGD to its own slices.
 
 A data-parallel slot (``whole``: the worker's copy of the whole model) runs the serial
@@ -41,7 +41,7 @@ Messages are filed by (run token, key group, layer, destination part); the key g
 phases and groups never mix; the client's feeds and the slots' replies are filed under
 ``8 g + FEED`` and ``8 g + REPLY`` by feed number.
 
-Each step's reply says, per slot, where its time went (:data:`~.slot.TIMING_KEYS`):
+Each step's reply says, per slot, where its time went (:data:`~.collectives.TIMING_KEYS`):
 computing forward, backward and the update (the waits and sends inside them not counted), waiting
 for pieces, sending them, and the all-reduce of the gradient across row groups (its
 waits and sends included).
@@ -177,7 +177,7 @@ def _workspace(state: Any, part: int, rows: int) -> _PartWorkspace:
 
 def _part_forward_backward(slot: Slot, state: Any, x_t: np.ndarray, labels: np.ndarray,
                            share: float, parts: int) -> float | None:
-    """Steps 1-3 for a part's slices (``state``: a :class:`~.parts._Part`); its
+    """Steps 1-3 for a part's slices (``state``: a :class:`~.model_parts._Part`); its
     gradients are left on ``state``. Returns the group's scaled loss on part 0."""
     group, part, rows = slot.group, slot.part, x_t.shape[1]
     started = slot.mark()
@@ -308,7 +308,7 @@ def run_slot(key: str, token: str, group: int, part: int, groups: int, parts: in
     Parameters
     ----------
     key
-        The trainer's state key on this worker: a part's (its :data:`~.parts.PARTS` key
+        The trainer's state key on this worker: a part's (its :data:`~.model_parts.PARTS` key
         is ``(key, part)``) or, with ``whole``, a data-parallel copy's
         (:func:`~.replicas.held`).
     token
@@ -335,8 +335,9 @@ def run_slot(key: str, token: str, group: int, part: int, groups: int, parts: in
     or ``rows`` (ids into the rows held here, :func:`~.replicas.hold_rows`); and
     ``share``, the group's rows over the batch's (its loss and gradient are scaled by
     it). Its reply is one record per step: ``loss`` (the group's scaled loss, on part 0;
-    else None), ``moved`` and ``local`` (bytes per :data:`~.slot.BYTE_KEYS`), ``seconds`` (the
-    step here), ``started`` (``time.time()``) and :data:`~.slot.TIMING_KEYS`.
+    else None), ``moved`` and ``local`` (bytes per :data:`~.collectives.BYTE_KEYS`),
+    ``seconds`` (the step here), ``started`` (``time.time()``) and
+    :data:`~.collectives.TIMING_KEYS`.
 
     Returns
     -------

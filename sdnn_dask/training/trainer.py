@@ -7,7 +7,7 @@ held rows' ids per epoch (:meth:`Trainer.steps`), closing, and the timing fields
 step's result (:class:`StepTiming`).
 
 Instead of a task per slot and step, a trainer on the direct transport starts one
-long-running task per slot (:func:`~.direct.run_slot`) the first time it steps, and from
+long-running task per slot (:func:`~.slot_task.run_slot`) the first time it steps, and from
 then on feeds it steps through the workers' exchanges (:func:`~sdnn_dask.parallel.
 transport.run.feed_run`): one call per worker per feed, answered when the slots there
 have run every step of it, with each step's record. A feed may hold one step (the
@@ -207,7 +207,7 @@ class PersistentLoop:
     strategy
         Names the loop in errors: ``"data"``, ``"model"`` or ``"hybrid"``.
     whole, backend, bucket_bytes
-        As :func:`~.direct.run_slot` takes them.
+        As :func:`~.slot_task.run_slot` takes them.
     """
 
     def __init__(self, client: Client, *, name: str, keys: list[str],
@@ -232,7 +232,7 @@ class PersistentLoop:
 
     def run(self, steps: list[list[list[dict[str, Any]]]]) -> list[list[list[dict]]]:
         """Run ``steps`` (``steps[s][g][c]``: slot ``(g, c)``'s item of step ``s``, see
-        :func:`~.direct.run_slot`) as one feed; their records, indexed the same way."""
+        :func:`~.slot_task.run_slot`) as one feed; their records, indexed the same way."""
         if self.closed:
             raise RuntimeError(f"training loop {self.token} is closed")
         number = self.feeds

@@ -8,6 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
+from dedup_cases import assert_bitwise, several_groups
+from dedup_cases import random_inputs as _inputs
+from dedup_cases import random_network as _random_network
 
 from sdnn_dask.core.kernels import (
     KernelSettings,
@@ -18,7 +21,6 @@ from sdnn_dask.core.kernels import (
 )
 from sdnn_dask.core.kernels.dedup import Groups, duplicates, hash_csr, hash_dense_t
 from sdnn_dask.core.kernels.forward import run_early_layers
-from sdnn_dask.core.network import Network
 from sdnn_dask.data.radixnet import make_inputs, make_network
 from sdnn_dask.parallel import DataParallelExecutor
 from sdnn_dask.records import run_records
@@ -26,34 +28,6 @@ from sdnn_dask.records import run_records
 ON = KernelSettings.resolve(dedup=True)
 OFF = KernelSettings.resolve(dedup=False)
 COUNTED = ["layer", "rows_in", "rows_out", "nnz_out"]
-
-
-def assert_bitwise(a: sp.csr_matrix, b: sp.csr_matrix) -> None:
-    a, b = sp.csr_matrix(a), sp.csr_matrix(b)
-    assert a.shape == b.shape
-    assert np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices)
-    assert np.array_equal(a.data.view(np.uint32), b.data.view(np.uint32))
-
-
-def _random_network(seed: int, n: int, layers: int, *, bias, ymax: float,
-                    low: float, high: float, density: float = 0.3) -> Network:
-    rng = np.random.default_rng(seed)
-    mats = []
-    for _ in range(layers):
-        w = sp.random(n, n, density=density, format="csr", dtype=np.float32, rng=rng)
-        w.data = rng.uniform(low, high, w.nnz).astype(np.float32)
-        w.data[w.data == 0] = 0.125
-        mats.append(w)
-    if isinstance(bias, str):
-        bias = rng.uniform(-0.3, 0.1, n).astype(np.float32)
-    return Network(mats, bias=bias, ymax=ymax, name=f"random-{seed}")
-
-
-def _inputs(seed: int, rows: int, n: int, density: float = 0.3) -> sp.csr_matrix:
-    rng = np.random.default_rng(seed)
-    x = sp.random(rows, n, density=density, format="csr", dtype=np.float32, rng=rng)
-    x.data = rng.uniform(0.1, 1.0, x.nnz).astype(np.float32)
-    return x
 
 
 def _both(network, x, **kwargs):
@@ -251,24 +225,6 @@ def test_early_layers_stop_when_few_rows_are_left():
 
 
 # -- survivors in several groups ---------------------------------------------------------
-
-
-def several_groups(seed: int = 7, n: int = 64, layers: int = 12, classes: int = 5,
-                   copies: int = 24, unique: int = 120) -> tuple[Network, sp.csr_matrix]:
-    """An integer network (exact float32 sums) and inputs holding ``classes`` classes of
-    ``copies`` identical rows and ``unique`` rows of their own, shuffled together: every
-    row survives, and the survivors end in ``classes`` groups of several rows beside
-    the unique ones (the radixnet tests end in one group, where any mapping of members
-    to representatives gives the right answer)."""
-    from dense_reference import integer_inputs, integer_network
-
-    rng = np.random.default_rng(seed)
-    weights, bias, ymax = integer_network(rng, n, layers, 0.15, "mixed")
-    base = integer_inputs(rng, classes, n, 0.3).toarray()
-    own = integer_inputs(rng, unique, n, 0.3).toarray()
-    rows = np.vstack([base[np.repeat(np.arange(classes), copies)], own])
-    x = sp.csr_matrix(rows[rng.permutation(len(rows))])
-    return Network(weights, bias=bias, ymax=ymax, name=f"groups-{seed}"), x
 
 
 def _assert_merged(trace: pd.DataFrame) -> None:

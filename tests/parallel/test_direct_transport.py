@@ -78,7 +78,7 @@ def test_a_waiting_part_is_never_stuck():
     fresh.peers.add("tcp://127.0.0.1:9")
     exchange._runs["u"] = fresh
     exchange._peer_lost("tcp://127.0.0.1:9")
-    assert "died mid-run" in str(fresh.error)
+    assert "was lost mid-run (died or unreachable)" in str(fresh.error)  # a peer: unknown
 
 
 def test_concurrent_runs_of_two_executors_never_mix(client):

@@ -8,8 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse as sp
+from dedup_cases import assert_bitwise, several_groups
+from dedup_cases import random_inputs as _inputs
+from dedup_cases import random_network as _random_network
 from dense_reference import dense_infer
-from test_dedup import _inputs, _random_network, assert_bitwise, several_groups
 
 from sdnn_dask.core.kernels import KernelSettings, forward_block
 from sdnn_dask.core.network import Network

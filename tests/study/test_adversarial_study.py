@@ -96,6 +96,96 @@ def test_an_empty_problem_list_is_an_error_not_the_full_challenge(tmp_path, caps
     assert not (tmp_path / "r").exists()
 
 
+#: "Billion laughs": nine lists of nine aliases of the one before, 9**9 "lol"s in a few
+#: hundred bytes. The old code built it (cheaply: aliases share) and then quoted it in its
+#: "description: expected text" message: 4 GB to stderr, then a MemoryError.
+ALIAS_BOMB = "\n".join([
+    "name: laughs", "description:", "  - &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]",
+    *(f"  - &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)),
+    "runs: [{strategy: kernel}]\n"])
+
+
+def capped(argv: list[str], memory: int = 2 * 2**30, timeout: float = 60
+           ) -> subprocess.CompletedProcess:
+    """``sdnn-dask argv`` with its address space capped at ``memory`` bytes and a timeout:
+    a regression that builds what it should refuse fails here instead of swapping."""
+    def limit() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+
+    proc = subprocess.Popen([sys.executable, "-m", "sdnn_dask", *argv], env=ENV,
+                            start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, preexec_fn=limit)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"sdnn-dask {argv[0]} still running after {timeout} s")
+    return subprocess.CompletedProcess(argv, proc.returncode, out,
+                                       err[:10_000].decode(errors="replace"))
+
+
+def test_an_alias_bomb_is_refused_before_it_is_built(tmp_path):
+    """Aliases are refused as the YAML is composed, at the first anchor: nothing is built
+    and nothing long is said, under an address space of 2 GiB."""
+    path = write(tmp_path, ALIAS_BOMB)
+    assert len(ALIAS_BOMB) < 600
+    proc = capped(["study", str(path), "--results", str(tmp_path / "r"), "-q"])
+    assert proc.returncode == 2, proc.stderr
+    assert one_error_line(proc.stderr) == (
+        f"error: {path}, line 3: a YAML anchor or alias (&a0); a study file writes each "
+        "value out (an alias chain can expand a few bytes past memory)\n")
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("text, line, what", [
+    ("base: &b {strategy: kernel}\nruns: [*b]\n", 1, "&b"),
+    # an alias of an anchor PyYAML never saw is an alias all the same
+    ("runs: [{strategy: kernel}]\ndescription: *nowhere\n", 2, "*nowhere"),
+    ("runs:\n  - <<: *base\n    strategy: kernel\n", 2, "*base"),
+])
+def test_anchors_and_aliases_are_refused_with_their_line(tmp_path, capsys, text, line, what):
+    path = write(tmp_path, text)
+    code, err = run(["study", str(path), "-q"], capsys)
+    assert code == 2
+    assert one_error_line(err).startswith(f"error: {path}, line {line}: a YAML anchor or "
+                                          f"alias ({what}); ")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("runs: [{strategy: kernel}]\ndescription: " + "[" * 40 + "]" * 40 + "\n",
+     "line 2: nested over 16 deep"),
+    ("runs: [{strategy: kernel}]\n# " + "x" * 2**20 + "\n", "over 1,048,576 bytes"),
+    ("runs: [{strategy: kernel}]\ndescription: caf\xe9\n", "line 2: not UTF-8 text"),
+])
+def test_a_study_file_past_its_bounds_is_refused(tmp_path, capsys, text, message):
+    """The old code let deep nesting end in a RecursionError traceback, read any size, and
+    raised UnicodeDecodeError on a Latin-1 file."""
+    path = tmp_path / "s.yaml"
+    path.write_bytes(text.encode("latin-1"))
+    code, err = run(["study", str(path), "-q"], capsys)
+    assert code == 2
+    assert one_error_line(err).startswith(f"error: {path}{', ' if 'line' in message else ': '}"
+                                          f"{message}")
+
+
+@pytest.mark.parametrize("text, cut", [
+    ("description: [" + ", ".join(["word"] * 5000) + "]\n", "...(5000 items)"),
+    ("name: laughs\n? " + "k" * 5000 + "\n: 1\n", "...(5000 chars)"),
+    ("runs: [{strategy: kernel, partition: " + "p" * 5000 + "}]\n", "...(5000 chars)"),
+])
+def test_values_quoted_in_messages_are_cut(tmp_path, capsys, text, cut):
+    """A value a message quotes is cut to 200 characters, its length said."""
+    path = write(tmp_path, text if text.startswith("runs") else
+                 text + "runs: [{strategy: kernel}]\n")
+    code, err = run(["study", str(path), "-q"], capsys)
+    assert code == 2
+    assert cut in one_error_line(err)
+    assert len(err) < 800, err
+
+
 @pytest.mark.parametrize("name", ["../../escape", "/tmp/abs", "a/b", ".hidden", ".."])
 def test_a_study_name_must_be_plain(tmp_path, monkeypatch, capsys, name):
     """The name is the default results folder under sdnn-results/: the old code wrote

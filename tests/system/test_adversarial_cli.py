@@ -105,9 +105,11 @@ def test_more_slurm_workers_than_the_limit_are_refused_before_any_job(capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--lr", "inf"], "error: --lr: lr must be positive and finite, got inf"),
-    (["--lr", "1e999"], "error: --lr: lr must be positive and finite, got inf"),
-    (["--lr", "nan"], "error: --lr: lr must be positive and finite, got nan"),
+    (["--lr", "inf"], "error: --lr: lr must be a number in (0, 1000] (past it training "
+                      "diverges to NaN weights), got inf"),
+    (["--lr", "1e999"], "error: --lr: lr must be a number in (0, 1000] (past it training "
+                        "diverges to NaN weights), got inf"),
+    (["--lr", "nan"], "error: --lr: lr must be a number in (0, 1000], got nan"),
     (["--momentum", "nan"], "error: --momentum: momentum must be in [0, 1), got nan"),
     (["--momentum=-inf"], "error: --momentum: momentum must be in [0, 1), got -inf"),
 ])
@@ -116,6 +118,22 @@ def test_training_rates_are_checked_up_front(argv, message, capsys):
     code, err = run(["train", "-L", "2", "--workers", "2", "--no-write", "-q", *argv], capsys)
     assert code == 2
     assert one_error_line(err).startswith(message)
+
+
+@pytest.mark.parametrize("argv, cut", [
+    (["train", "--task", "x" * 100_000], "...(100"),       # argparse's invalid choice
+    (["train", "--model", "x" * 100_000], "'...(100000 chars); choose from"),
+    (["train", "--batches", "x" * 100_000], "'...(100000 chars)"),
+    (["infer", "--strategy", "model", "--partition", "x" * 100_000], "...(1000"),
+])
+def test_a_huge_value_is_quoted_cut(argv, cut, capsys):
+    """The old code quoted each in full: a 100 kB ``error:`` line."""
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "-L", "2", "-q"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert cut in err
+    assert len(err.splitlines()[-1]) < 1100, err[-2000:]
 
 
 #: An address space generous for the command, far short of what the old code reached for.

@@ -22,8 +22,11 @@ connected while its nanny's new worker is.
 from __future__ import annotations
 
 import _thread
+import contextlib
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -41,7 +44,7 @@ from sdnn_dask.parallel import (
     WorkerLostError,
     run_serial,
 )
-from sdnn_dask.parallel.faults import gather_pinned
+from sdnn_dask.parallel.faults import connected, gather_pinned, lost_reasons
 from sdnn_dask.parallel.transport.exchange import RunAborted
 from sdnn_dask.parallel.transport.run import active_runs
 from sdnn_dask.study.training_comparison import make_trainer
@@ -299,7 +302,7 @@ def _pinned_task(seconds: float) -> float:
 def test_a_task_pinned_to_a_dead_worker_waits_forever_unless_guarded(cluster):
     """Why model runs poll their workers: Dask keeps a pinned task whose worker died (and
     came back under another address) waiting, with no error, for ever."""
-    victim = sorted(cluster.nthreads())[0]
+    victim = sorted(connected(cluster))[0]  # as an executor does: its process is seen
     future = cluster.submit(_pinned_task, 20, workers=[victim], allow_other_workers=False,
                             pure=False)
     killer = Killer(cluster, "_pinned_task")
@@ -313,6 +316,59 @@ def test_a_task_pinned_to_a_dead_worker_waits_forever_unless_guarded(cluster):
         gather_pinned(cluster, [future], [victim], strategy="model")
     assert time.monotonic() - start < PROMPT
     assert future.cancelled()
+
+
+def test_a_worker_that_stops_answering_is_not_said_to_have_died():
+    """A worker alive but cut off (here stopped with SIGSTOP: its connections stay open,
+    its heartbeats stop) is removed by the scheduler for missed heartbeats. The old message
+    said it "died mid-run"; it is said to have stopped answering, hung or cut off."""
+    with dask.config.set({"distributed.scheduler.worker-ttl": "1s"}), \
+            local_client(2) as client:
+        victim = sorted(client.nthreads())[0]
+        pid = client.run(os.getpid)[victim]
+        future = client.submit(_pinned_task, 60, workers=[victim], allow_other_workers=False,
+                               pure=False)
+        deadline = time.monotonic() + 60
+        while not client.processing().get(victim):
+            assert time.monotonic() < deadline, "the pinned task never started"
+            time.sleep(0.05)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(WorkerLostError) as raised:
+                gather_pinned(client, [future], [victim], strategy="model")
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)  # its nanny may have killed it already
+    assert raised.value.lost == [victim] and raised.value.reasons == {victim: "unanswering"}
+    assert (f"model run aborted: worker {victim} stopped answering mid-run (the scheduler "
+            "missed its heartbeats: hung or cut off from the network)") in str(raised.value)
+    assert "died" not in str(raised.value)
+
+
+def test_a_lost_worker_is_said_to_have_died_only_when_known():
+    """Died: its process, on this machine, has ended. Lost (died or unreachable): it still
+    runs (cut off), it ran on another machine, or it was never seen."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    here, there = "tcp://127.0.0.1:1", "tcp://10.255.255.1:1"
+    known = {here: ("127.0.0.1", proc.pid), there: ("10.255.255.1", proc.pid)}
+    try:
+        assert lost_reasons(None, [here, there], known) == {here: "lost", there: "lost"}
+    finally:
+        proc.kill()
+        proc.wait()
+    assert lost_reasons(None, [here, there], known) == {here: "died", there: "lost"}
+    died = WorkerLostError("model", [here], reasons={here: "died"})
+    assert f"worker {here} died mid-run. Its tasks were cancelled" in str(died)
+    for reasons in ({there: "lost"}, None):  # None: a worker never seen from here
+        unknown = WorkerLostError("data", [there], reasons=reasons)
+        assert (f"data run aborted: worker {there} was lost mid-run (died or unreachable). "
+                "Its tasks were cancelled") in str(unknown)
+        assert unknown.reasons == {there: "lost"}
+    mixed = WorkerLostError("model", [here, there], reasons={here: "died", there: "lost"})
+    assert "was lost mid-run (died or unreachable)" in str(mixed)
+    nobody = WorkerLostError("hybrid", [])
+    assert "a worker holding part of its data was lost mid-run (died or unreachable)" in str(
+        nobody)
 
 
 def test_compare_leaves_results_untouched_when_a_run_fails(cluster, tmp_path, capsys):

@@ -135,7 +135,16 @@ def test_the_report_without_matplotlib(tmp_path, monkeypatch):
     (["--task", "digits", "-N", "4096"], "the digits are 1024 features"),
     (["--task", "digits", "--epochs", "0"], "must be >= 1"),
     (["--task", "digits", "--batch", "0"], "expected positive integers"),
-    (["--lr", "0"], "lr must be positive"),
+    (["--lr", "0"], "error: --lr: lr must be a number in (0, 1000], got 0.0"),
+    # inf in float32: every check FAILED, the serial run's against itself included
+    (["--lr", "1e300"], "error: --lr: lr must be a number in (0, 1000] (past it training "
+                        "diverges to NaN weights), got 1e+300"),
+    (["--lr", "1001"], "error: --lr: lr must be a number in (0, 1000] (past it"),
+    (["--task", "digits", "--epochs", "10001"], "error: --epochs: epochs must be an integer "
+                                                "in [1, 10000], got 10001"),
+    (["--task", "digits", "--epochs", str(10**20)], "error: --epochs: epochs must be an "
+                                                    "integer in [1, 10000]"),
+    (["--task", "digits", "--epochs", "1e20"], "'1e20' is not an integer"),
     (["--task", "digits", "--momentum", "1"], "momentum must be in [0, 1)"),
     (["--row-groups", "0"], "must be >= 1"),
     (["--batches", "4,16", "--row-groups", "5"], "the smallest batch has 4"),

@@ -11,8 +11,9 @@ import scipy.sparse as sp
 from sdnn_dask.core.network import Network
 from sdnn_dask.data.radixnet import make_network
 from sdnn_dask.partition import make_neuron_partition
-from sdnn_dask.training import SGD, compiled, init_model, train_step
+from sdnn_dask.training import MAX_EPOCHS, MAX_LR, SGD, compiled, fit, init_model, train_step
 from sdnn_dask.training.data_parallel import TRANSPORTS, DataParallelTrainer, gradient_bytes
+from sdnn_dask.training.digits import main as digits_main
 from sdnn_dask.training.model_parallel import ModelParallelTrainer
 from sdnn_dask.training.replicas import BUCKET_BYTES, gradient_buckets
 
@@ -467,3 +468,57 @@ def test_any_bucket_size_takes_the_same_steps(client):
     finally:
         for t in trainers:
             t.close()
+
+
+# --------------------------------------------------------------------------- settings' bounds
+
+
+@pytest.mark.parametrize("lr", [1e300, MAX_LR * 1.001, float("inf"), float("nan"), 0.0, -1.0,
+                                True, "0.1"])
+def test_a_rate_past_what_training_can_represent_is_refused_by_every_trainer(client, lr):
+    """``lr 1e300`` is inf in float32: every weight NaN at the first step, and every check,
+    the serial run's against itself included, FAILED. Refused by the optimizer and by the
+    trainers, before a task is sent."""
+    model = init_model(_pattern(np.random.default_rng(0), 64, 2), classes=4, seed=0)
+    makers = [lambda: SGD(model, lr),
+              lambda: DataParallelTrainer(client, model, lr=lr),
+              lambda: ModelParallelTrainer(client, model, _partition(model, 2, "block"), lr=lr)]
+    for make in makers:
+        with pytest.raises(ValueError, match=r"lr must be a number in \(0, 1000\]"):
+            make()
+
+
+@pytest.mark.parametrize("epochs", [1e20, 2.0, MAX_EPOCHS + 1, -1, True, None])
+def test_epochs_past_what_finishes_are_refused(epochs):
+    model = init_model(_pattern(np.random.default_rng(0), 64, 2), classes=4, seed=0)
+    x, y = np.ones((8, 64), np.float32), np.zeros(8, np.int64)
+    with pytest.raises(ValueError, match=r"epochs must be an integer in \[0, 10000\]"):
+        fit(model, x, y, x, y, epochs=epochs, batch=4, optimizer=SGD(model, 0.1))
+
+
+def test_the_largest_rate_keeps_the_weights_finite():
+    """:data:`MAX_LR` is far below where float32 overflows: two epochs of a RadiX-Net
+    network at that rate (the loss diverges, the weights stay numbers), so a run at the
+    bound is checked against a serial run of numbers, not NaN against NaN."""
+    model = init_model(make_network(1024, 4, seed=0), classes=10, seed=0)
+    rng = np.random.default_rng(0)
+    x, y = rng.uniform(0, 1, (256, 1024)).astype(np.float32), rng.integers(0, 10, 256)
+    history = fit(model, x, y, x, y, epochs=2, batch=32,
+                  optimizer=SGD(model, MAX_LR, momentum=0.9))
+    assert np.isfinite(history["loss"]).all()
+    assert all(np.isfinite(p).all() for p in model.parameters())
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--lr", "1e300"], "lr must be a number in (0, 1000] (past it training diverges"),
+    (["--epochs", "100000"], "epochs must be an integer in [1, 10000], got 100000"),
+    (["--epochs", "0"], "epochs must be an integer in [1, 10000], got 0"),
+    (["--batch", "0"], "--batch must be >= 1, got 0"),
+])
+def test_the_digits_command_refuses_what_training_cannot_do(argv, message, capsys):
+    """``python -m sdnn_dask.training``: an ``error:`` at exit 2, before the digits load
+    (the old code trained to NaN, or raised a traceback from the first step)."""
+    with pytest.raises(SystemExit) as exit_:
+        digits_main(argv)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err

@@ -8,9 +8,9 @@
 * :mod:`.plans`: every part's slices of the weights and index maps
   (:class:`~.plans.PartPlan`, :func:`~.plans.make_part_plans`), and what a part sends to
   others (:func:`~.plans.piece_for`);
-* :mod:`.part_layer`: the per-part layer step (:func:`~.step.part_layer_step`), every part in one
-  process (:func:`~.step.forward_parts`), joining the parts' last slabs
-  (:func:`~.step.assemble`) and the warm-up;
+* :mod:`.part_layer`: the per-part layer step (:func:`~.part_layer.part_layer_step`),
+  every part in one process (:func:`~.part_layer.forward_parts`), joining the parts' last
+  slabs (:func:`~.part_layer.assemble`) and the warm-up;
 * :mod:`.shared_rows`: identical rows computed once, the parts agreeing on the groups
   (:class:`~.shared_rows.PartRows`).
 """

@@ -8,7 +8,7 @@ sends its labels to every other part of its row group. Two rows are identical wh
 part gives them the same label, so each part, from the same labels, finds the same
 groups (:func:`identical_rows`), drops the same rows (:func:`drop_rows`) and keeps the same
 :class:`~sdnn_dask.core.kernels.dedup.Groups`: from then on only representatives are
-computed and exchanged, and :func:`~.step.assemble` expands them at the end. Exact, as the
+computed and exchanged, and :func:`~.part_layer.assemble` expands them at the end. Exact, as the
 serial kernel's deduplication (:mod:`sdnn_dask.core.kernels.dedup`): the same bits.
 
 :class:`PartRows` holds one part's groups, the multiplicity of every row (for the live

@@ -1,6 +1,6 @@
 """Worker-to-worker exchange of model-parallel pieces, without the scheduler.
 
-The direct transport (:mod:`.direct`) runs every part of a model-parallel run as one
+The direct transport (:mod:`.model_direct`) runs every part of a model-parallel run as one
 long-running task; the parts' pieces travel between workers over ``distributed``'s own
 comm layer, the way its P2P shuffle does it: a worker plugin (:class:`PieceExchange`)
 adds a handler to every worker, and each worker keeps one connection per peer, opened
@@ -16,7 +16,7 @@ arrays out of band) happens in the sending task's thread and deserialising in th
 receiving one, so both are timed there and the event loop only moves frames.
 
 A client can also file items in a run's boxes and wait for the run's tasks to reply,
-through the handler :data:`FEED_OP` (:mod:`.feed`): that is how a persistent loop (one
+through the handler :data:`FEED_OP` (:func:`~.run.feed_run`): that is how a persistent loop (one
 task per slot for many steps) is fed its steps and hands back what each step measured,
 without a task per step.
 
@@ -287,7 +287,7 @@ class PieceExchange(WorkerPlugin):
 
     async def _feed(self, comm: Any, token: str, items: list[Any], replies: list[Any]
                     ) -> dict[str, Any]:
-        """Handler of a client's feed (:func:`.feed.feed_run`): file ``items``, each
+        """Handler of a client's feed (:func:`~.run.feed_run`): file ``items``, each
         ``(group, layer, part, payload)``, in run ``token``'s boxes from :data:`CLIENT`,
         then wait until every box of ``replies`` (each ``(group, layer, part)``) holds the
         part's own reply, and return them in that order.
