@@ -296,6 +296,7 @@ def open_client(args: argparse.Namespace, progress: Progress) -> Iterator[Any]:
 def _client(args: argparse.Namespace, progress: Progress) -> Any:
     """A connected client on the ``--cluster`` (see :func:`open_client`)."""
     from ..cluster import ClusterError, cluster_client, cluster_profile, is_address
+    from ..cluster.security import truthy
 
     where = getattr(args, "cluster", None)
     try:
@@ -313,7 +314,11 @@ def _client(args: argparse.Namespace, progress: Progress) -> Any:
         kind, options = cluster_profile(where)
         if kind == "local":
             workers = args.workers or options.get("n_workers") or os.cpu_count() or 1
-            message = f"starting a LocalCluster with {workers} workers (loopback)"
+            # TLS unless turned off, or worker threads (which listen on nothing)
+            secured = (truthy(options.get("security")) is not False
+                       and options.get("processes", True) is not False)
+            message = (f"starting a LocalCluster with {workers} workers (loopback, TLS: "
+                       f"{'on' if secured else 'off'})")
         else:
             workers = args.workers or options.get("n_workers")
             message = (f"starting {workers} Dask workers as SLURM jobs "

@@ -154,7 +154,7 @@ def _add_kernel_arguments(parser: argparse.ArgumentParser) -> None:
 def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cluster", default=None, metavar="WHERE",
-        help="where data parallelism runs: local (default: a loopback-only LocalCluster), "
+        help="where data parallelism runs: local (default: a loopback-only LocalCluster with TLS), "
              "slurm (workers as SLURM jobs, TLS), slurm-batch (inside srun, see "
              "studies/slurm-compare.sbatch), a profile of sdnn.clusters, or a running "
              "scheduler's address (tls://host:port)")

@@ -156,7 +156,7 @@ def test_cli_infer_on_a_named_cluster(capsys):
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "edges/s" in captured.out
-    assert "starting a LocalCluster with 1 workers (loopback)" in captured.err
+    assert "starting a LocalCluster with 1 workers (loopback, TLS: on)" in captured.err
 
 
 @pytest.mark.parametrize(("args", "message"), [
