@@ -57,9 +57,10 @@ def keep_on(client: Client, future: Future, workers: Iterable[str], *,
     Raises
     ------
     CommClosedError
-        If one of ``workers`` left meanwhile (an executor's :func:`~.faults.place_retrying`
-        then places its data again on the workers left; the abandoned replicate ends with
-        the cluster).
+        If one of ``workers`` left meanwhile, or before the scheduler took the copy (its
+        replicate then names the worker it no longer knows): an executor's
+        :func:`~.faults.place_retrying` then places its data again on the workers left;
+        the abandoned replicate ends with the cluster.
     RuntimeError
         If a worker still lacks it afterwards.
     """
@@ -82,6 +83,11 @@ def keep_on(client: Client, future: Future, workers: Iterable[str], *,
             try:
                 done.result(timeout=poll)
                 break
+            except KeyError as error:  # the scheduler already removed a worker named
+                if error.args and error.args[0] in missing:
+                    raise CommClosedError(f"worker {error.args[0]} left before "
+                                          f"{future.key} was copied to it") from None
+                raise
             except FutureTimeout:
                 lost = sorted(set(missing) - connected(client))
                 if lost:
