@@ -64,7 +64,7 @@ def make_cluster(
     Examples
     --------
     >>> cluster = make_cluster("local", n_workers=1)
-    >>> cluster.scheduler_address.startswith("tcp://127.0.0.1:")
+    >>> cluster.scheduler_address.startswith("tls://127.0.0.1:")  # TLS by default
     True
     >>> cluster.close()
     """
