@@ -64,7 +64,7 @@ TARGETS: dict[str, tuple[list[str], list[str]]] = {
                    "tests/partition/test_neuron_partitions.py",
                    "tests/partition/test_traffic.py",
                    "tests/partition/test_partition_cache.py"]),
-    "wire": (["parallel/transport/wire.py"],
+    "wire": (["parallel/transport/wire.py", "parallel/transport/frames.py"],
              ["tests/parallel/test_wire.py", "tests/parallel/test_adversarial_wire.py",
               "tests/parallel/test_wire_tls.py"]),
     "parallel": (["parallel/serial.py", "parallel/data_executor.py", "parallel/model_executor.py",

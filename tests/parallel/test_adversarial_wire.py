@@ -25,17 +25,14 @@ import psutil
 import pytest
 
 from sdnn_dask.parallel.transport import wire as wire_module
+from sdnn_dask.parallel.transport.frames import ENTRY, MAGIC, PREFIX, encode_frames
 from sdnn_dask.parallel.transport.wire import (
     CHALLENGE,
     DIGEST,
-    ENTRY,
-    MAGIC,
     MAX_CONNECTIONS,
     MAX_PENDING,
     NONCE,
-    PREFIX,
     Wire,
-    _frames,
     _proof,
     crosses_network,
     introduce,
@@ -111,9 +108,9 @@ def test_a_pickle_sent_first_never_runs(tmp_path):
     marker = tmp_path / "pwned"
     w, got, lost = _wire()
     try:
-        for payload in (b"".join(_frames({"hello": Evil(marker), "sender": "tcp://x"})),
+        for payload in (b"".join(encode_frames({"hello": Evil(marker), "sender": "tcp://x"})),
                         pickle.dumps(Evil(marker), protocol=5),
-                        b"".join(_frames({"hello": w.secret, "sender": Evil(marker)}))):
+                        b"".join(encode_frames({"hello": w.secret, "sender": Evil(marker)}))):
             with _connect(w) as sock:
                 sock.sendall(payload)
                 heard, _ = _until_closed(sock)
@@ -141,7 +138,7 @@ def test_a_pickle_after_a_wrong_handshake_never_runs(tmp_path):
                          else _proof(key, b"sdnn-wire/1 connector", theirs, mine))
                 sock.sendall(mine + proof)
                 try:
-                    sock.sendall(b"".join(_frames({"op": "piece", "payload": Evil(marker)})))
+                    sock.sendall(b"".join(encode_frames({"op": "piece", "payload": Evil(marker)})))
                 except OSError:  # already closed: as good
                     pass
                 heard, took = _until_closed(sock)
@@ -434,7 +431,7 @@ def _wire_address(dask_worker):
 def _knock(address, marker, stop: threading.Event, count: list) -> None:
     """Strangers, one after another until ``stop``: the pickle first, a 1.5 GB header,
     a forged proof, a connection closed at once."""
-    attacks = [b"".join(_frames({"hello": Evil(marker), "sender": "tcp://x"})),
+    attacks = [b"".join(encode_frames({"hello": Evil(marker), "sender": "tcp://x"})),
                PREFIX.pack(MAGIC, 1_500_000_000, 0), None, b""]
     i = 0
     while not stop.is_set():
@@ -445,7 +442,7 @@ def _knock(address, marker, stop: threading.Event, count: list) -> None:
                 if attack is None:
                     challenge = sock.recv(CHALLENGE.size, socket.MSG_WAITALL)
                     sock.sendall(os.urandom(NONCE + DIGEST))
-                    sock.sendall(b"".join(_frames({"payload": Evil(marker)})))
+                    sock.sendall(b"".join(encode_frames({"payload": Evil(marker)})))
                     del challenge
                 elif attack:
                     sock.sendall(attack)
@@ -537,7 +534,7 @@ def test_a_proof_right_in_its_first_byte_only_is_refused(tmp_path, where):
                 sock.sendall(mine + (_flipped(proof, where) if flip else proof))
                 if flip:
                     try:
-                        sock.sendall(b"".join(_frames({"op": "piece",
+                        sock.sendall(b"".join(encode_frames({"op": "piece",
                                                        "payload": Evil(marker)})))
                     except OSError:  # already closed: as good
                         pass

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from sdnn_dask.parallel.transport.exchange import pack, unpack
-from sdnn_dask.parallel.transport.wire import CHALLENGE, Wire, _frames
+from sdnn_dask.parallel.transport.frames import encode_frames
+from sdnn_dask.parallel.transport.wire import CHALLENGE, Wire
 
 
 def _pair():
@@ -54,8 +55,8 @@ def test_a_connection_without_the_secret_is_closed_unread():
             heard = b""
             try:  # closed by the wire: an end of file, or a reset (data left unread),
                 # which may already meet the second frame (the CI failure: a reset there)
-                sock.sendall(b"".join(_frames({"hello": secret, "sender": "tcp://x"})))
-                sock.sendall(b"".join(_frames({"op": "piece", "payload": 1})))
+                sock.sendall(b"".join(encode_frames({"hello": secret, "sender": "tcp://x"})))
+                sock.sendall(b"".join(encode_frames({"op": "piece", "payload": 1})))
                 sock.settimeout(10)
                 while chunk := sock.recv(4096):
                     heard += chunk
@@ -83,7 +84,7 @@ def test_a_broken_connection_says_which_peer_is_lost():
 
 def test_frames_keep_arrays_out_of_band():
     x = np.ones(1000, np.float32)
-    frames = _frames({"payload": x})
+    frames = encode_frames({"payload": x})
     assert len(frames) == 2 and frames[1].nbytes == x.nbytes  # the array, not a copy
     assert len(frames[0]) < 1000
 
@@ -307,7 +308,7 @@ def test_the_default_ring_is_the_shipped_config():
 
 def _streamed_frame(nbytes, notices):
     """A frame of one STREAMED buffer of ``nbytes``, then the chunk notices given."""
-    from sdnn_dask.parallel.transport.wire import ENTRY, MAGIC, PREFIX, STREAMED
+    from sdnn_dask.parallel.transport.frames import ENTRY, MAGIC, PREFIX, STREAMED
 
     header = pickle.dumps({"payload": None})
     return (PREFIX.pack(MAGIC, len(header), 1) + ENTRY.pack(nbytes, STREAMED) + header
@@ -325,8 +326,8 @@ def test_a_bad_streamed_buffer_is_refused_before_anything_is_read(nbytes, notice
     """A streamed buffer's length is bounded like the socket's before its buffer is
     allocated, and every chunk's notice is checked (length, place) before a byte of the
     ring is taken."""
+    from sdnn_dask.parallel.transport.frames import FrameError, read_frame
     from sdnn_dask.parallel.transport.ring import Ring
-    from sdnn_dask.parallel.transport.wire import FrameError, read_frame
 
     ring = Ring.create(1 << 20)
     assert ring is not None

@@ -20,7 +20,8 @@ import pytest
 from distributed import Security
 
 from sdnn_dask.parallel.transport import wire as wire_module
-from sdnn_dask.parallel.transport.wire import CHALLENGE, Wire, _frames
+from sdnn_dask.parallel.transport.frames import encode_frames
+from sdnn_dask.parallel.transport.wire import CHALLENGE, Wire
 
 pytest.importorskip("cryptography", reason="TLS credentials need cryptography")
 
@@ -113,9 +114,9 @@ def test_a_plain_stranger_is_closed_with_nothing_parsed(security, tmp_path):
     marker = tmp_path / "pwned"
     a, b, got, lost = _tls_pair(security)
     try:
-        for payload in (b"".join(_frames({"hello": Evil(marker), "sender": "tcp://x"})),
+        for payload in (b"".join(encode_frames({"hello": Evil(marker), "sender": "tcp://x"})),
                         pickle.dumps(Evil(marker), protocol=5),
-                        b"".join(_frames({"hello": b.secret, "sender": "tls://a"}))):
+                        b"".join(encode_frames({"hello": b.secret, "sender": "tls://a"}))):
             with socket.create_connection(b.address[:2], timeout=10) as sock:
                 try:
                     sock.sendall(payload)
@@ -151,7 +152,7 @@ def test_a_stranger_with_another_clusters_certificate_cannot_connect(security, t
         with pytest.raises((ssl.SSLError, ConnectionError)):
             with client.wrap_socket(raw) as sock:
                 sock.settimeout(10)
-                sock.sendall(b"".join(_frames({"payload": Evil(marker)})))
+                sock.sendall(b"".join(encode_frames({"payload": Evil(marker)})))
                 assert sock.recv(CHALLENGE.size) == b""  # closed, or the alert raises
                 raise ConnectionError("closed")
         a.know({"tls://x": intruder.address})
@@ -224,7 +225,7 @@ def _wire_address(dask_worker):
 def _knock(address, marker, stranger: ssl.SSLContext, stop, count: list) -> None:
     """Strangers, one after another until ``stop``: a pickle in the clear, a TLS client
     with another cluster's certificate sending the pickle, a connection closed at once."""
-    evil = b"".join(_frames({"hello": Evil(marker), "sender": "tls://x"}))
+    evil = b"".join(encode_frames({"hello": Evil(marker), "sender": "tls://x"}))
     i = 0
     while not stop.is_set():
         i += 1

@@ -48,17 +48,14 @@ TLS: it never leaves the host, its file is the user's alone (mode 0600), and its
 token go inside the TLS session.
 
 After the handshake the hello (a fixed struct: the sender's address and the ring it
-offers, by length) and then frames: a fixed prefix (magic, header length, buffer count),
-per buffer its length and where it is (0: on the socket, after the header;
-:data:`STREAMED`: through the ring in chunks after the header, each announced on the
-socket by its length and ring position + 1; else its ring position + 1), the header (the
-message pickled, its payload's frames left out of band) and the socket's buffers and
-chunk notices, in the entries' order. Every length is checked against its bound (:data:`MAX_HEADER`,
-:data:`MAX_BUFFERS`, :data:`MAX_FRAME_BYTES`, the ring's size) before anything is
-allocated for it; a frame that breaks one closes the connection (the peer is lost, one
-line in the log, no traceback). Headers are pickled, as ``multiprocessing`` pickles what
-authenticated peers send: only a process given the secret by the run's client can get
-one read.
+offers, by length) and then frames (:mod:`.frames`: a fixed prefix, per buffer its length
+and where it is, on the socket, in the ring or streamed through it in chunks, the pickled
+header and the socket's buffers). Every length is checked against its bound
+(:data:`~.frames.MAX_HEADER`, :data:`~.frames.MAX_BUFFERS`,
+:data:`~.frames.MAX_FRAME_BYTES`, the ring's size) before anything is allocated for it;
+a frame that breaks one closes the connection (the peer is lost, one line in the log, no
+traceback). Headers are pickled, as ``multiprocessing`` pickles what authenticated peers
+send: only a process given the secret by the run's client can get one read.
 """
 
 from __future__ import annotations
@@ -69,7 +66,6 @@ import hmac
 import ipaddress
 import logging
 import os
-import pickle
 import secrets
 import socket
 import ssl
@@ -79,21 +75,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-from distributed.protocol import Serialized
-
+from .frames import (
+    STREAMED,
+    FrameError,
+    FrameTooLarge,
+    Streamed,
+    encode_frames,
+    read_frame,
+    stream_through,
+)
 from .ring import DIRECTORY, Ring
 
 logger = logging.getLogger(__name__)
-
-#: A frame's prefix: magic, header bytes, buffers.
-PREFIX = struct.Struct("!4sQI")
-MAGIC = b"SDNW"
-ENTRY = struct.Struct("!QQ")  # a buffer's length, and where it is
-#: Where a buffer too large for the message's ring span is: streamed through the ring in
-#: chunks after the header, each announced on the socket by an ENTRY (its length, its
-#: ring position + 1), so a piece larger than the ring never falls back to the socket.
-STREAMED = (1 << 64) - 1
 
 #: Buffers from this size on go by the ring where there is one: below it the socket's
 #: cost is the call's, not the bytes'.
@@ -112,18 +105,6 @@ MAX_PENDING = 8
 
 #: Connections open at once, beyond one per known peer; more are closed as they come.
 MAX_CONNECTIONS = 64
-
-#: The most a frame may carry, checked before anything is allocated: header bytes, buffer
-#: count, and bytes of the buffers on the socket (a layer's piece is about 1 MB at 512
-#: rows, a gradient bucket a few MB). A sender refuses a larger message
-#: (:exc:`FrameTooLarge`).
-MAX_HEADER = 16 << 20
-MAX_BUFFERS = 1 << 16
-MAX_FRAME_BYTES = 4 << 30
-
-#: Buffers read from the socket from this size on are allocated untouched (see
-#: :func:`_recv_exactly`).
-LAZY_BYTES = 1 << 20
 
 #: The handshake: the listener's challenge (magic, nonce), the connector's answer (its
 #: nonce, its HMAC), the listener's HMAC; then the hello (magic, sender and ring path
@@ -150,14 +131,6 @@ _PASSING = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONN
             errno.EPROTO, errno.EPERM, errno.EINTR}
 
 
-class FrameError(ValueError):
-    """A frame that breaks the wire's format or bounds: its connection is closed."""
-
-
-class FrameTooLarge(ValueError):
-    """A message larger than a frame may be (:data:`MAX_FRAME_BYTES` and the like)."""
-
-
 def crosses_network(host: str) -> bool:
     """Whether a wire listening on ``host`` is reachable beyond this machine (its frames
     then cross a network, authenticated but not encrypted). Names other than
@@ -176,21 +149,6 @@ def _tune(sock: socket.socket) -> None:
             sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)
         except OSError:  # capped by the system: what it allows
             pass
-
-
-def _recv_exactly(sock: socket.socket, n: int) -> bytearray | memoryview:
-    """``n`` bytes from ``sock`` into a buffer of their own (``ConnectionError`` at EOF).
-    From :data:`LAZY_BYTES` on the buffer is not zeroed first (``bytearray`` would touch
-    every page): its memory is taken as the bytes arrive, not when they are announced."""
-    out = bytearray(n) if n < LAZY_BYTES else np.empty(n, np.uint8)
-    view = memoryview(out)
-    got = 0
-    while got < n:
-        k = sock.recv_into(view[got:])
-        if k == 0:
-            raise ConnectionError("the connection closed")
-        got += k
-    return out if n < LAZY_BYTES else view
 
 
 def _recv_by(sock: socket.socket, n: int, deadline: float) -> bytearray:
@@ -272,103 +230,6 @@ def _authenticate(sock: socket.socket, key: bytes,
         return names[:n_name].decode(), names[n_name:].decode(), token
     except UnicodeDecodeError as error:
         raise FrameError("a hello's names are not text") from error
-
-
-def _frames(msg: dict[str, Any],
-            place: Callable[[list[memoryview]], list[int]] | None = None) -> list[Any]:
-    """A message as the buffers of one frame: a Serialized payload's frames travel as
-    they are (not copied); everything else is pickled, arrays out of band.
-    ``place(buffers)``, if given, puts some elsewhere (a ring) and says where each is
-    (0: it stays in the frame). Raises :exc:`FrameTooLarge` past the frame's bounds
-    (before anything is placed)."""
-    payload = msg.get("payload")
-    buffers: list[Any] = []
-    if isinstance(payload, Serialized):
-        head = dict(msg, payload=None, serialized=payload.header)
-        buffers = [memoryview(f).cast("B") for f in payload.frames]
-        header = pickle.dumps(head, protocol=5)
-    else:
-        header = pickle.dumps(msg, protocol=5,
-                              buffer_callback=lambda b: buffers.append(b.raw()))
-    total = sum(b.nbytes for b in buffers)
-    if len(header) > MAX_HEADER or len(buffers) > MAX_BUFFERS or total > MAX_FRAME_BYTES:
-        raise FrameTooLarge(
-            f"a message of {len(header)} header bytes and {len(buffers)} buffers of "
-            f"{total} bytes is past the wire's bounds ({MAX_HEADER}, {MAX_BUFFERS}, "
-            f"{MAX_FRAME_BYTES}): send it in pieces")
-    where = place(buffers) if place is not None else [0] * len(buffers)
-    entries = b"".join(ENTRY.pack(b.nbytes, w) for b, w in zip(buffers, where, strict=True))
-    after = [b if w == 0 else _Streamed(b) for b, w in zip(buffers, where, strict=True)
-             if w in (0, STREAMED)]
-    return [PREFIX.pack(MAGIC, len(header), len(buffers)) + entries + header, *after]
-
-
-class _Streamed:
-    """A buffer that goes through the ring in chunks after the frame's header, each
-    announced on the socket (:data:`STREAMED`)."""
-
-    def __init__(self, buffer: memoryview):
-        self.buffer = buffer
-
-
-def _stream(sock: socket.socket, ring: Ring, buffer: memoryview) -> int:
-    """Write ``buffer`` through ``ring`` in chunks of at most its limit, each followed by
-    its place on ``sock`` (the reader takes each as its notice comes, which frees the
-    space for the next); the socket's bytes."""
-    step, view, sent = ring.limit(), buffer.cast("B"), 0
-    for start in range(0, view.nbytes, step):
-        chunk = view[start:start + step]
-        position = ring.write([chunk], sock)[0]
-        notice = ENTRY.pack(chunk.nbytes, position + 1)
-        sock.sendall(notice)
-        sent += len(notice)
-    return sent
-
-
-def _recv_streamed(sock: socket.socket, ring: Ring, nbytes: int) -> bytearray | memoryview:
-    """A :data:`STREAMED` buffer of ``nbytes`` (bounded by the caller): its chunks'
-    notices from ``sock``, each checked before its bytes are taken from ``ring``."""
-    out = bytearray(nbytes) if nbytes < LAZY_BYTES else np.empty(nbytes, np.uint8)
-    view = memoryview(out).cast("B")
-    got = 0
-    while got < nbytes:
-        chunk, where = ENTRY.unpack(_recv_exactly(sock, ENTRY.size))
-        if where in (0, STREAMED) or not 0 < chunk <= nbytes - got:
-            raise FrameError(f"a streamed buffer's chunk of {chunk} bytes at {where} "
-                             f"({got} of {nbytes} bytes taken)")
-        ring.take_into(where - 1, view[got:got + chunk])  # checks the ring's bounds
-        got += chunk
-    return out if nbytes < LAZY_BYTES else view
-
-
-def read_frame(sock: socket.socket, ring: Ring | None = None) -> dict[str, Any]:
-    """One message from ``sock`` and its ``ring`` (the inverse of :func:`_frames`), read
-    from an authenticated peer. Raises :exc:`FrameError` for a frame past its bounds
-    (nothing allocated for it), ``ConnectionError`` at EOF."""
-    magic, header_bytes, n = PREFIX.unpack(_recv_exactly(sock, PREFIX.size))
-    if magic != MAGIC:
-        raise FrameError("not an sdnn wire frame")
-    if header_bytes > MAX_HEADER or n > MAX_BUFFERS:
-        raise FrameError(f"a frame of {header_bytes} header bytes and {n} buffers")
-    raw = _recv_exactly(sock, ENTRY.size * n)
-    entries = [ENTRY.unpack_from(raw, ENTRY.size * i) for i in range(n)]
-    if sum(nbytes for nbytes, where in entries if where in (0, STREAMED)) > MAX_FRAME_BYTES:
-        raise FrameError("a frame's buffers are past the wire's bound")
-    header = _recv_exactly(sock, header_bytes)
-    buffers = []
-    for nbytes, where in entries:
-        if where == 0:
-            buffers.append(_recv_exactly(sock, nbytes))
-        elif ring is None:
-            raise FrameError("a frame points into a ring this connection has not")
-        elif where == STREAMED:
-            buffers.append(_recv_streamed(sock, ring, nbytes))
-        else:
-            buffers.append(ring.take(where - 1, nbytes))  # checks its bounds
-    msg = pickle.loads(header, buffers=buffers)
-    if "serialized" in msg:  # a Serialized payload: its frames were the buffers
-        msg["payload"] = Serialized(msg.pop("serialized"), buffers)
-    return msg
 
 
 class Wire:
@@ -478,17 +339,17 @@ class Wire:
 
     def send(self, address: str, msg: dict[str, Any]) -> int:
         """Write ``msg`` to ``address`` from this thread; the bytes written. Raises
-        ``OSError`` if the connection fails (then it is dropped), :exc:`FrameTooLarge`
+        ``OSError`` if the connection fails (then it is dropped), :exc:`~.frames.FrameTooLarge`
         (nothing sent) for a message past a frame's bounds."""
         sock, lock, ring = self._connection(address)
         with lock:
             before = ring.bytes if ring is not None else 0
             notices = 0
             try:
-                frames = _frames(msg, _placer(ring, sock) if ring is not None else None)
+                frames = encode_frames(msg, _placer(ring, sock) if ring is not None else None)
                 for frame in frames:
-                    if isinstance(frame, _Streamed):
-                        notices += _stream(sock, ring, frame.buffer)
+                    if isinstance(frame, Streamed):
+                        notices += stream_through(sock, ring, frame.buffer)
                     else:
                         sock.sendall(frame)
             except FrameTooLarge:
@@ -505,7 +366,7 @@ class Wire:
             ringed = ring.bytes - before if ring is not None else 0
             self.sent += 1
         return sum(memoryview(f).nbytes for f in frames
-                   if not isinstance(f, _Streamed)) + ringed + notices
+                   if not isinstance(f, Streamed)) + ringed + notices
 
     # -- receiving --------------------------------------------------------------------
 
@@ -634,7 +495,7 @@ def _placer(ring: Ring, sock: socket.socket) -> Callable[[list[memoryview]], lis
     def place(buffers: list[memoryview]) -> list[int]:
         """The message's large buffers, in order, in one ring span while they fit; from
         the first that does not, every large one is streamed through the ring after the
-        header (:data:`STREAMED`; the reader takes the ring's buffers in the order of the
+        header (:data:`~.frames.STREAMED`; the reader takes the ring's buffers in the order of the
         frame's entries, so none is placed after a streamed one). Small ones stay in the
         frame."""
         where = [0] * len(buffers)
