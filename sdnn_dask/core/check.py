@@ -154,21 +154,20 @@ def bounded_reference(network: Network, inputs: sp.spmatrix | sp.sparray, *,
             undecided.append(hit)
             undecided_layer.append(np.full(len(hit), layer))
         counts = np.diff(yp)
-        alive = (counts > 0) & ~jump
-        if not alive.all():  # drop dead and undecided rows
-            keep = np.repeat(alive, counts)
-            yi, yx, ye = yi[keep], yx[keep], ye[keep]
+        alive = counts > 0  # dead and undecided rows have no entries left
+        if not alive.all():  # renumber the rest
             yp = np.concatenate([[0], np.cumsum(counts[alive])])
             owner = _follow(owner, np.where(alive, np.cumsum(alive) - 1, -1))
     out = sp.csr_matrix((n_rows, n), dtype=np.float64)
     bound = sp.csr_matrix((n_rows, n), dtype=np.float64)
     rows = np.flatnonzero(owner >= 0)
-    if len(rows):
-        n_live = len(yp) - 1
-        y = sp.csr_matrix((yx, yi, yp), shape=(n_live, n))[owner[rows]].tocoo()
-        e = sp.csr_matrix((ye, yi.copy(), yp.copy()), shape=(n_live, n))[owner[rows]].tocoo()
-        out = sp.csr_matrix((y.data, (rows[y.row], y.col)), shape=(n_rows, n))
-        bound = sp.csr_matrix((e.data, (rows[e.row], e.col)), shape=(n_rows, n))
+    if len(rows):  # each input row gets its live row's entries (identical rows share one)
+        lengths = np.zeros(n_rows, np.int64)
+        lengths[rows] = np.diff(yp)[owner[rows]]
+        indptr = np.concatenate([[0], np.cumsum(lengths)])
+        indices, values, errors = _gather_rows(yp, yi, yx, ye, owner, indptr)
+        out = sp.csr_matrix((values, indices, indptr), shape=(n_rows, n))
+        bound = sp.csr_matrix((errors, indices.copy(), indptr.copy()), shape=(n_rows, n))
     ids = np.concatenate(undecided) if undecided else np.empty(0, np.int64)
     first = np.concatenate(undecided_layer) if undecided_layer else np.empty(0, np.int64)
     order = np.argsort(ids, kind="stable")
@@ -180,6 +179,28 @@ def _follow(owner: np.ndarray, new: np.ndarray) -> np.ndarray:
     """``owner`` (input row -> live row, -1 for none) after the live rows are renumbered
     by ``new`` (old live row -> new live row, -1 for dropped)."""
     return np.where(owner >= 0, new[np.maximum(owner, 0)], -1)
+
+
+@numba.njit(nogil=True, cache=True)
+def _gather_rows(yp, yi, yx, ye, owner, indptr):  # pragma: no cover - compiled
+    """The CSR arrays of the input rows (``indptr`` given): each row ``i`` with
+    ``owner[i] >= 0`` gets live row ``owner[i]``'s entries, in place, without the
+    intermediate copies of fancy indexing."""
+    nnz = indptr[-1]
+    indices = np.empty(nnz, np.int32)
+    values = np.empty(nnz, np.float64)
+    errors = np.empty(nnz, np.float64)
+    for i in range(owner.shape[0]):
+        s = owner[i]
+        if s < 0:
+            continue
+        d = indptr[i]
+        for p in range(yp[s], yp[s + 1]):
+            indices[d] = yi[p]
+            values[d] = yx[p]
+            errors[d] = ye[p]
+            d += 1
+    return indices, values, errors
 
 
 def _merge_identical(yp: np.ndarray, yi: np.ndarray, yx: np.ndarray, ye: np.ndarray
@@ -275,20 +296,38 @@ def _bounded_layer(yp, yi, yx, ye, wp, wi, wx, bias, ymax, gamma, n):  # pragma:
 
     ``ye`` are the errors of the entries ``yx`` (same pattern). Returns the output CSR
     ``(op, oi, ox)``, its errors ``oe`` (same pattern), and per row whether the bias
-    rule could flip on it."""
+    rule could flip on it; such a row's entries are left out (it is dropped), as are a
+    dead row's (it has none).
+
+    Each row's sums are taken in the same order as a plain row-by-row scatter (its
+    entries in CSR order, each one's weights in CSR order), so the bits do not depend on
+    how the columns are found: a sparse row lists the columns it touches and sorts them,
+    a dense one scans all ``n``. The output arrays are sized once, by each row's most
+    possible entries (the columns its entries feed, at most ``n``): never grown or
+    copied, and the memory never written is never taken from the system.
+    """
     nrows = yp.shape[0] - 1
-    z = np.zeros(n)
-    mag = np.zeros(n)
-    err = np.zeros(n)
-    touched = np.zeros(n, np.bool_)
-    cap = max(1024, 2 * yx.shape[0])
+    reach = np.empty(nrows, np.int64)  # each row's most output entries
+    total = 0
+    for r in range(nrows):
+        s = 0
+        for p in range(yp[r], yp[r + 1]):
+            s += wp[yi[p] + 1] - wp[yi[p]]
+        reach[r] = min(s, n)
+        total += reach[r]
     op = np.zeros(nrows + 1, np.int64)
-    oi = np.empty(cap, np.int32)
-    ox = np.empty(cap, np.float64)
-    oe = np.empty(cap, np.float64)
+    oi = np.empty(total, np.int32)
+    ox = np.empty(total, np.float64)
+    oe = np.empty(total, np.float64)
+    # the three sums of a column side by side: one cache line per product, not three
+    acc = np.zeros((n, 3))
+    touched = np.zeros(n, np.bool_)
+    cols = np.empty(n, np.int32)
     jump = np.zeros(nrows, np.bool_)
     nnz = 0
     for r in range(nrows):
+        listed = reach[r] * 8 < n  # few columns: list them rather than scan all n
+        m = 0
         for p in range(yp[r], yp[r + 1]):
             k = yi[p]
             v = yx[p]
@@ -298,24 +337,24 @@ def _bounded_layer(yp, yi, yx, ye, wp, wi, wx, bias, ymax, gamma, n):  # pragma:
                 j = wi[q]
                 wv = wx[q]
                 aw = abs(wv)
+                if listed and not touched[j]:
+                    cols[m] = j
+                    m += 1
                 touched[j] = True
-                z[j] += v * wv
-                mag[j] += av * aw
-                err[j] += ev * aw
-        if nnz + n > cap:
-            cap = max(2 * cap, nnz + n)
-            oi2 = np.empty(cap, np.int32)
-            ox2 = np.empty(cap, np.float64)
-            oe2 = np.empty(cap, np.float64)
-            oi2[:nnz] = oi[:nnz]
-            ox2[:nnz] = ox[:nnz]
-            oe2[:nnz] = oe[:nnz]
-            oi, ox, oe = oi2, ox2, oe2
-        for j in range(n):
+                acc[j, 0] += v * wv
+                acc[j, 1] += av * aw
+                acc[j, 2] += ev * aw
+        if listed:
+            cols[:m].sort()
+        else:
+            m = n
+        start = nnz
+        for t in range(m):
+            j = cols[t] if listed else t
             if not touched[j]:
                 continue
-            zz = z[j]
-            ez = err[j] + gamma * mag[j]
+            zz = acc[j, 0]
+            ez = acc[j, 2] + gamma * acc[j, 1]
             b = bias[j]
             pp = zz + b
             ep = ez + U32 * abs(pp)
@@ -331,10 +370,12 @@ def _bounded_layer(yp, yi, yx, ye, wp, wi, wx, bias, ymax, gamma, n):  # pragma:
                 ox[nnz] = min(max(pp, 0.0), ymax)
                 oe[nnz] = 0.0 if top else ep
                 nnz += 1
-            z[j] = 0.0
-            mag[j] = 0.0
-            err[j] = 0.0
+            acc[j, 0] = 0.0
+            acc[j, 1] = 0.0
+            acc[j, 2] = 0.0
             touched[j] = False
+        if jump[r]:  # undecided: dropped with its entries
+            nnz = start
         op[r + 1] = nnz
     return op, oi[:nnz], ox[:nnz], oe[:nnz], jump
 
