@@ -404,3 +404,69 @@ def test_same_bits_as_before_on_rows_touching_few_columns(bias):
     new = bounded_reference(net, x)
     _assert_same_reference(new, _previous_reference(net, x, False))
     assert new.output.nnz > 50
+
+
+def _previous_check(output, reference):
+    """check_result as it was: whole-matrix scipy arithmetic (GBs at N = 65536)."""
+    a = sp.csr_matrix(output, dtype=np.float64)
+    ref = reference.output
+    keep = np.ones(a.shape[0])
+    keep[reference.undecided] = 0.0
+    mask = sp.diags(keep, format="csr")
+    diff = abs(mask @ (a - ref)).tocsr()
+    over = (diff - mask @ (reference.bound + U32 * abs(ref))).tocsr()
+    over.data = (over.data > 0).astype(np.float64)
+    over.eliminate_zeros()
+    bad = np.flatnonzero(np.diff(over.indptr))
+    largest = float(diff.data.max()) if diff.nnz else 0.0
+    return not len(bad), tuple(int(r) for r in bad[:5]), len(bad), largest
+
+
+@pytest.mark.parametrize("bias_kind", ["negative", "positive"])
+def test_check_result_as_before(bias_kind):
+    """The row-by-row comparison gives the verdict of the whole-matrix one it replaced, on
+    right and wrong answers: values off by a little or a lot, NaN, inf, explicit zeros, an
+    extra entry, float64 outputs, rows left undecided; and leaves the output as it was
+    (scipy's reference output has unsorted columns: sorting a copy must not sort the
+    caller's indices under its values)."""
+    from dense_reference import integer_inputs, integer_network
+
+    rng = np.random.default_rng(5)
+    weights, bias, ymax = integer_network(rng, 64, 6, 0.1, bias_kind)
+    net = Network(weights, bias=bias, ymax=ymax)
+    x = integer_inputs(rng, 200, 64, 0.1)
+    reference = bounded_reference(net, x, dedup=True)
+    exact = infer_reference(net, x).output.tocsr().astype(np.float32)
+    seen = set()
+    for trial in range(36):
+        out = exact.copy()
+        where = rng.integers(0, out.nnz, 3)
+        change = trial % 6
+        if change == 1:
+            out.data[where] *= np.float32(1.001)
+        elif change == 2:
+            out.data[where] = np.nan
+        elif change == 3:
+            out.data[where] = np.inf
+        elif change == 4:
+            out.data[where] = 0.0
+        elif change == 5:
+            out.data[where] += np.float32(1e-7)
+        if trial % 7 == 3:
+            out = out.tolil()
+            out[int(rng.integers(0, 200)), int(rng.integers(0, 64))] = 2.0
+            out = out.tocsr()
+        if trial % 5 == 2:
+            out = out.astype(np.float64)
+        before = out.copy()
+        v = check_result(out, reference)
+        assert all(np.array_equal(getattr(out, f).view(np.uint8), getattr(before, f).view(np.uint8))
+                   for f in ("indptr", "indices", "data")), trial
+        passed, wrong, n_wrong, largest = _previous_check(out, reference)
+        assert (v.passed, v.wrong_rows, v.n_wrong) == (passed, wrong, n_wrong), trial
+        assert np.array_equal(v.max_abs_diff, largest, equal_nan=True), trial
+        seen.add(v.passed)
+    if bias_kind == "negative":
+        assert seen == {True, False}
+    else:  # rows left undecided are not compared, as before
+        assert len(reference.undecided) > 0
