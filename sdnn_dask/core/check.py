@@ -315,7 +315,10 @@ def _bounded_layer(yp, yi, yx, ye, wp, wi, wx, bias, ymax, gamma, n):  # pragma:
     how the columns are found: a sparse row lists the columns it touches and sorts them,
     a dense one scans all ``n``. The output arrays are sized once, by each row's most
     possible entries (the columns its entries feed, at most ``n``): never grown or
-    copied, and the memory never written is never taken from the system.
+    copied, and the memory never written is never taken from the system. (A walk down
+    each column of ``W`` gathering from four dense rows at once gives the same bits but
+    measured slower at N = 65536: 20 s against 15 s CPU for the 2416 survivors' first
+    3 layers.)
     """
     nrows = yp.shape[0] - 1
     reach = np.empty(nrows, np.int64)  # each row's most output entries
