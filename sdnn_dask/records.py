@@ -38,6 +38,10 @@ chunk_bytes,        the client); ``chunk_min_rows`` is empty in records made bef
 chunk_min_rows      minimum existed (their chunks were ``chunk_bytes`` alone)
 dedup               ``on``/``off``: identical live rows computed once (``sdnn.kernel.dedup``;
                     every strategy but the scipy reference); empty where it does not apply
+classes             ``on``/``off``: identical output neurons computed once
+                    (``sdnn.kernel.classes``; the serial kernel and data parallelism,
+                    ``off`` for model parallelism, whose part steps keep one value per
+                    neuron); empty where it does not apply
 block, worker       this row's block and the worker that ran it
 rows, survivors     input rows of the block, and those nonzero after the last layer (for a
                     part: nonzero in the part's columns)
@@ -141,7 +145,7 @@ RUN_DTYPES: dict[str, str] = {
     "row_groups": _INT, "transport": _TEXT, "seed": _INT, "nbuckets": _INT,
     "epsilon": _FLOAT, "objective": _TEXT, "dense_threshold": _FLOAT, "chunk_bytes": _INT,
     "chunk_min_rows": _INT,
-    "dedup": _TEXT, "block": _INT,
+    "dedup": _TEXT, "classes": _TEXT, "block": _INT,
     "worker": _TEXT, "rows": _INT, "survivors": _INT, "row_layers": _INT, "compute_s": _FLOAT,
     "weight_bytes": _FLOAT, "store_bytes_read": _FLOAT, "peak_rss_bytes": _FLOAT,
     "bytes_in": _FLOAT, "predicted_bytes_in": _FLOAT, "wall_s": _FLOAT,
@@ -275,6 +279,7 @@ def run_records(
         "chunk_bytes": None if result.strategy == "reference" else kernel.chunk_bytes,
         "chunk_min_rows": None if result.strategy == "reference" else kernel.min_chunk_rows,
         "dedup": {True: "on", False: "off"}.get(params.get("dedup"), ""),
+        "classes": {True: "on", False: "off"}.get(params.get("classes"), ""),
         "wall_s": result.wall_seconds,
         "edges_per_s": result.edges_per_second,
         "imbalance": imbalance(blocks["compute_s"]),

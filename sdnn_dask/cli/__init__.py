@@ -52,8 +52,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         check_arguments(args)
         # a kernel switch for this command: resolved on this client, handed to the tasks
-        kernel = ({} if getattr(args, "dedup", None) is None
-                  else {"sdnn.kernel.dedup": args.dedup})
+        kernel = {f"sdnn.kernel.{name}": getattr(args, name) for name in ("dedup", "classes")
+                  if getattr(args, name, None) is not None}
         with batch_runner(args), dask.config.set(kernel):
             return int(args.func(args) or 0)
     except UsageError as error:

@@ -411,6 +411,7 @@ COMPARE_NOTES = {
     "dense_threshold": "the kernel's dense-step threshold (above 1: never dense)",
     "chunk_bytes": "the kernel's dense tile size, bytes",
     "dedup": "on: identical live rows computed once; off: every row computed",
+    "classes": "on: identical output neurons computed once; off: every neuron computed",
     "checked": "sampled check (check_rows): every survivor + other rows drawn afresh per run "
                "(empty: every row checked)",
     "placement": "data: static (block b on worker b mod P) or dynamic (a queue)",

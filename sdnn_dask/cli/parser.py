@@ -149,6 +149,12 @@ def _add_kernel_arguments(parser: argparse.ArgumentParser) -> None:
         help="compute identical live rows once, in every strategy (the same bits; records "
              "say which was used); --no-dedup steps every copy, as the papers' codes do "
              "(default: sdnn.kernel.dedup, on)")
+    parser.add_argument(
+        "--classes", action=argparse.BooleanOptionalAction, default=None,
+        help="compute identical output neurons once (equal columns of W, equal bias: "
+             "RadiX-Net's come 16 to a class), in the serial kernel and data parallelism "
+             "(the same bits; records say which was used); --no-classes keeps one value "
+             "per neuron (default: sdnn.kernel.classes, on)")
 
 
 def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:

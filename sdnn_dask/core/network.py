@@ -42,6 +42,7 @@ class Network:
     name: str = "network"
     _transposed: list[sp.csr_matrix] | None = field(default=None, repr=False)
     _output_order: list[np.ndarray] | None = field(default=None, repr=False)
+    _class_layers: dict | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.layers) == 0:
@@ -88,6 +89,15 @@ class Network:
         if self._transposed is None:
             self._transposed = [transpose(w) for w in self.layers]
         return self._transposed
+
+    @property
+    def class_layers(self) -> dict:
+        """Layer index (0-based) -> its output neurons in classes, or ``None``, as the
+        kernel found them (:mod:`sdnn_dask.core.kernels.classes`); filled as a run needs
+        them, kept for the next."""
+        if self._class_layers is None:
+            self._class_layers = {}
+        return self._class_layers
 
     @property
     def output_order(self) -> list[np.ndarray]:

@@ -231,7 +231,8 @@ class DataParallelExecutor(Executor):
             results, wall = self._map(futures, blocks, merge=merge)
         else:
             results, wall = self._map_dynamic(futures, merge=merge)
-        params: dict[str, Any] = {"dedup": self._kernel.dedup, "placement": placement,
+        params: dict[str, Any] = {"dedup": self._kernel.dedup,
+                                  "classes": self._kernel.classes, "placement": placement,
                                   "merge_blocks": "merged" if merge else "alone",
                                   "weights": self.weights}
         if partition == "random":

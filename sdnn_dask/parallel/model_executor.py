@@ -560,7 +560,7 @@ class ModelParallelExecutor(Executor):
                     layers.groupby("layer")[column].sum())
         # columns_in sums over groups: every group exchanges the partition's volume
         params: dict[str, Any] = {"k": k, "row_groups": row_groups, "transport": transport,
-                                  "dedup": dedup, **part.params}
+                                  "dedup": dedup, "classes": False, **part.params}
         if row_groups > 1:
             params["row_partition"] = row_partition
             if row_partition == "random":

@@ -52,7 +52,8 @@ def run_serial(network: Network, inputs: sp.spmatrix | sp.sparray,
         seconds = time.perf_counter() - start
         output = block.to_csr()
         layers = block.trace.assign(block=0)
-        params["dedup"] = KernelSettings.resolve().dedup  # what forward_block read
+        kernel = KernelSettings.resolve()  # what forward_block read
+        params["dedup"], params["classes"] = kernel.dedup, kernel.classes
     survivors = int((output.getnnz(axis=1) > 0).sum())
     blocks = pd.DataFrame([{"block": 0, "worker": f"local:{host}", "rows": y.shape[0],
                             "survivors": survivors, "compute_s": seconds}])

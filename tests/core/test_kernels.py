@@ -17,8 +17,13 @@ from sdnn_dask.core.reference import infer_reference
 from sdnn_dask.data.radixnet import make_inputs, make_network
 from sdnn_dask.testing import assert_same_result
 
-PATHS = {"sparse": dict(dense_threshold=2.0), "dense": dict(dense_threshold=0.0),
-         "auto": {}}
+# the plain steps forced one way or the other; the default (classes where a layer has
+# them: tests/core/test_classes.py); and classes off, the density choosing
+PATHS = {"sparse": dict(dense_threshold=2.0, classes=False),
+         "dense": dict(dense_threshold=0.0, classes=False),
+         "auto": {}, "plain": dict(classes=False)}
+#: The modes each path may show in a trace.
+MODES = {"sparse": {"sparse"}, "dense": {"dense"}}
 
 
 def random_network(rng, n, layers, density, negative):
@@ -38,8 +43,7 @@ def test_official_subset(official_network, official_inputs, official_truth, path
     out = forward_block(official_network, official_inputs, **PATHS[path])
     assert out.rows.tolist() == official_truth.tolist()
     assert_same_result(out.to_csr(), infer_reference(official_network, official_inputs))
-    if path != "auto":
-        assert set(out.trace["mode"]) <= {path, "none"}
+    assert set(out.trace["mode"]) <= MODES.get(path, {"sparse", "dense", "mixed"}) | {"none"}
 
 
 @settings(max_examples=40, deadline=None)
@@ -139,8 +143,7 @@ def test_matches_an_independent_dense_recurrence(seed, n, rows, layers, density,
     # the mode of each layer: "none" where no row was left to step, else the path taken
     stepped = trace["rows_in"] > 0
     assert (trace.loc[~stepped, "mode"] == "none").all()
-    allowed = {"sparse", "dense", "mixed"} if path == "auto" else {path}
-    assert set(trace.loc[stepped, "mode"]) <= allowed
+    assert set(trace.loc[stepped, "mode"]) <= MODES.get(path, {"sparse", "dense", "mixed"})
     np.testing.assert_array_equal(out.toarray(), expected)
     assert (out.data != 0).all()  # no stored zeros: a value cut to 0 is dropped
     # the surviving rows are the categories: a row whose values all became 0 is dead

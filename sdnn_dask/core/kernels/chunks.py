@@ -12,7 +12,16 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..csr import column_nnz, compact_columns, csr_to_dense_t, dense_t_to_csr
-from .steps import ROW_TILE, SETUP_ROWS, dense_step, dense_step_w, sparse_step
+from .classes import ClassLayer, ClassSpace
+from .steps import (
+    ROW_TILE,
+    SETUP_ROWS,
+    dense_step,
+    dense_step_sized,
+    dense_step_w,
+    scatter_step,
+    sparse_step,
+)
 
 
 class BufferPool:
@@ -40,14 +49,24 @@ class Chunk:
 
     A dense chunk holds two pooled buffers of ``chunk_rows`` columns; each layer writes
     into the spare one and compacts back into the other, so no layer allocates.
+
+    The activations' columns are neurons, or, with ``space`` set, the classes of the
+    last layer's output neurons (:mod:`.classes`): one column a class, its value that of
+    every neuron in it. :attr:`width` is the number of columns; :attr:`nnz` counts
+    neurons either way.
     """
 
-    def __init__(self, live: np.ndarray, csr: sp.csr_matrix | None = None):
+    def __init__(self, live: np.ndarray, csr: sp.csr_matrix | None = None,
+                 space: ClassSpace | None = None):
         self.live = live
         self.csr = csr
+        self.space = space
+        self.width = int(csr.shape[1]) if csr is not None else 0
         self._buffers: list[np.ndarray] | None = None
         self._current = 0
-        self.nnz = int(csr.nnz) if csr is not None else 0
+        self.nnz = 0
+        if csr is not None:
+            self.nnz = int(csr.nnz) if space is None else int(space.row_nnz(csr).sum())
 
     @property
     def dense_t(self) -> np.ndarray | None:
@@ -56,12 +75,18 @@ class Chunk:
             return None
         return self._view(self._current, len(self.live))
 
-    def _view(self, which: int, rows: int) -> np.ndarray:
-        flat = self._buffers[which]
-        n = flat.shape[0] // self._capacity
-        return flat[: n * rows].reshape(n, rows)
+    def _view(self, which: int, rows: int, width: int | None = None) -> np.ndarray:
+        width = self.width if width is None else width
+        return self._buffers[which][: width * rows].reshape(width, rows)
 
-    def _attach(self, pool: BufferPool, capacity: int) -> None:
+    def _tile_nnz(self, tile: np.ndarray) -> int:
+        """Neuron nonzeros of a tile (or columns of it) in this chunk's columns."""
+        return (int(np.count_nonzero(tile)) if self.space is None
+                else self.space.tile_nnz(tile))
+
+    def _attach(self, pool: BufferPool, capacity: int, width: int | None = None) -> None:
+        if width is not None:
+            self.width = width
         self._capacity = capacity
         self._buffers = [pool.take(), pool.take()]
         self._current = 0
@@ -81,6 +106,8 @@ class Chunk:
         being an :class:`InputOrder`; else :func:`dense_step` on ``wt``, in output
         ``order``.
         """
+        if self.space is not None:  # a plain layer takes neurons
+            self.expand(pool, capacity)
         rows, n = len(self.live), w.shape[1]
         # A dense layer costs ~n_out * 32 loop set-ups whatever the row count, so few rows
         # need a higher density to pay for it (measured crossover: ~5 rows when full).
@@ -115,13 +142,72 @@ class Chunk:
         self.live, self.nnz = self.live[kept], int(ox.shape[0])
         return "sparse"
 
+    def step_classes(self, layer: ClassLayer, ymax: np.float32, pool: BufferPool,
+                     capacity: int) -> str:
+        """Advance one layer with its outputs in classes (:mod:`.classes`), in place,
+        dropping rows that die; returns the mode used.
+
+        Sparse rows over neurons (a block's inputs) are scattered straight into a tile
+        over the classes (:func:`scatter_step`); anything else steps on a dense tile
+        (:func:`dense_step_sized`), each input read from the row its neuron or class is
+        kept in. The terms and their order are the plain steps', so are the bits.
+        """
+        space = layer.space
+        rows = len(self.live)
+        if self.csr is not None and self.space is None:
+            c, r = self.csr, layer.scatter
+            if self._buffers is None:
+                self._attach(pool, capacity)
+            out = self._view(1 - self._current, rows, space.n)
+            alive, self.nnz = scatter_step(c.indptr, c.indices, c.data, r.indptr, r.indices,
+                                           r.data, layer.bias, ymax, out, space.sizes)
+            self.csr, mode = None, "sparse"
+        else:
+            if self._buffers is None:
+                c = self.csr
+                self._attach(pool, capacity)
+                csr_to_dense_t(c.indptr, c.indices, c.data, self.dense_t)
+                self.csr = None
+            wt, order = layer.step_weights(self.space)
+            out = self._view(1 - self._current, rows, space.n)
+            alive, self.nnz = dense_step_sized(self.dense_t, wt.indptr, wt.indices, wt.data,
+                                               layer.bias, ymax, out, ROW_TILE, order,
+                                               space.sizes)
+            mode = "dense"
+        self._current = 1 - self._current
+        self.space, self.width = space, space.n
+        if not alive.all():
+            keep = int(alive.sum())
+            compact_columns(out, alive, self._view(1 - self._current, keep))
+            self.live = self.live[alive]
+            self._current = 1 - self._current
+        if not len(self.live):
+            self.release(pool)
+        return mode
+
+    def expand(self, pool: BufferPool | None, capacity: int) -> None:
+        """Columns over classes back to columns over neurons (each class's value in
+        every neuron of the class)."""
+        space = self.space
+        if space is None:
+            return
+        if self._buffers is None:
+            self.csr = space.expand_csr(self.csr)
+        else:
+            n = space.classes.shape[0]  # the pool's buffers hold N x capacity
+            rows = len(self.live)
+            np.take(self.dense_t, space.classes, axis=0, out=self._view(1 - self._current,
+                                                                         rows, n))
+            self._current = 1 - self._current
+        self.space, self.width = None, space.classes.shape[0]
+
     def keep(self, alive: np.ndarray, pool: BufferPool) -> None:
         """Keep only the ``alive`` rows (a mask over :attr:`live`), as a step that
         drops rows does."""
         if alive.all():
             return
         if self._buffers is not None:
-            self.nnz -= int(column_nnz(self.dense_t)[~alive].sum())
+            self.nnz -= int(self.row_nnz()[~alive].sum())
             keep = int(alive.sum())
             compact_columns(self.dense_t, alive, self._view(1 - self._current, keep))
             self._current = 1 - self._current
@@ -136,12 +222,21 @@ class Chunk:
         """Nonzeros of each live row."""
         if not len(self.live):  # every row died: the tile is gone
             return np.zeros(0, np.int64)
+        if self.space is not None:
+            return (self.space.row_nnz(self.csr) if self.csr is not None
+                    else self.space.column_nnz(self.dense_t))
         if self.csr is not None:
             return np.diff(self.csr.indptr)
         return column_nnz(self.dense_t)
 
+    def neuron_csr(self, pool: BufferPool | None = None) -> sp.csr_matrix:
+        """The live rows as CSR over neurons (``len(live) x N``), whatever the columns."""
+        csr = self.to_csr(pool)
+        return csr if self.space is None else self.space.expand_csr(csr)
+
     def to_csr(self, pool: BufferPool | None = None) -> sp.csr_matrix:
-        """The live rows as CSR (``len(live) x n``); a dense chunk becomes sparse."""
+        """The live rows as CSR (``len(live) x width``, over neurons or classes as the
+        chunk's columns are); a dense chunk becomes sparse."""
         if self.csr is None:
             self.csr = dense_t_to_csr(self.dense_t)
             if pool is not None:
@@ -169,20 +264,25 @@ class Chunk:
         several blocks may interleave, and are then merged by id.
         """
         chunks = sorted(chunks, key=lambda c: c.live[0])
+        spaces = {None if c.space is None else c.space.layer for c in chunks}
+        if len(spaces) > 1:  # columns of several kinds: all over neurons
+            for c in chunks:
+                c.expand(pool, chunk_rows)
+        space, n = chunks[0].space, chunks[0].width
         live = np.concatenate([c.live for c in chunks])
         order = None if np.all(live[1:] > live[:-1]) else np.argsort(live, kind="stable")
         if all(c._buffers is None for c in chunks):
             csr = sp.vstack([c.csr for c in chunks], format="csr")
             if order is not None:
                 live, csr = live[order], csr[order]
-            return [Chunk(live[s : s + chunk_rows], csr=csr[s : s + chunk_rows])
+            return [Chunk(live[s : s + chunk_rows], csr=csr[s : s + chunk_rows], space=space)
                     for s in range(0, len(live), chunk_rows)]
         if order is not None:
             return Chunk._merge_dense(chunks, live, order, chunk_rows, n, pool)
         packed = []
         for s in range(0, len(live), chunk_rows):
-            part = Chunk(live[s : s + chunk_rows])
-            part._attach(pool, chunk_rows)
+            part = Chunk(live[s : s + chunk_rows], space=space)
+            part._attach(pool, chunk_rows, n)
             packed.append(part)
         # copy each source chunk's columns into the destination chunks they fall in
         position = 0
@@ -197,7 +297,7 @@ class Chunk:
                 at = position % chunk_rows
                 take = min(len(c.live) - done, chunk_rows - at)
                 part.dense_t[:, at : at + take] = source[:, done : done + take]
-                part.nnz += int(np.count_nonzero(source[:, done : done + take]))
+                part.nnz += part._tile_nnz(source[:, done : done + take])
                 done += take
                 position += take
             c.release(pool)
@@ -219,10 +319,11 @@ class Chunk:
             c.release(pool)
         live = live[order]
         packed = []
+        space = chunks[0].space
         for s in range(0, len(live), chunk_rows):
-            part = Chunk(live[s : s + chunk_rows])
-            part._attach(pool, chunk_rows)
+            part = Chunk(live[s : s + chunk_rows], space=space)
+            part._attach(pool, chunk_rows, n)
             np.take(every, order[s : s + chunk_rows], axis=1, out=part.dense_t)
-            part.nnz = int(np.count_nonzero(part.dense_t))
+            part.nnz = part._tile_nnz(part.dense_t)
             packed.append(part)
         return packed

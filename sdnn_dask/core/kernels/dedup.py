@@ -221,24 +221,36 @@ def equal_rows(indptr, indices, data, rows, vector, vector_nnz):  # pragma: no c
     return out
 
 
-def _row_vector(chunk: Chunk, r: int, n: int) -> np.ndarray:
-    """Row ``r`` of ``chunk`` as a dense float32 vector of ``n``."""
+def _row_vector(chunk: Chunk, r: int) -> np.ndarray:
+    """Row ``r`` of ``chunk`` as a dense float32 vector (its columns: neurons or
+    classes)."""
     if chunk.dense_t is not None:
         return np.ascontiguousarray(chunk.dense_t[:, r])
-    vector = np.zeros(n, np.float32)
+    vector = np.zeros(chunk.width, np.float32)
     c = chunk.csr
     start, end = c.indptr[r], c.indptr[r + 1]
     vector[c.indices[start:end]] = c.data[start:end]
     return vector
 
 
-def merge_duplicates(chunks: list[Chunk], groups: Groups, n: int, pool: BufferPool) -> int:
+def merge_duplicates(chunks: list[Chunk], groups: Groups, pool: BufferPool) -> int:
     """Merge the live rows of ``chunks`` that are equal into one representative each
     (recorded in ``groups``), dropping the others from their chunks; the rows merged.
 
     Exact: rows are grouped by :func:`hash_dense_t` / :func:`hash_csr`, and each is
-    compared with its representative, value by value, before it is dropped.
+    compared with its representative, value by value, before it is dropped. Only chunks
+    whose columns are of one kind (neurons, or one layer's classes) are compared.
     """
+    kinds: dict[int, list[Chunk]] = {}
+    for c in chunks:
+        kinds.setdefault(-1 if c.space is None else c.space.layer, []).append(c)
+    if len(kinds) > 1:
+        return sum(_merge_alike(alike, groups, pool) for alike in kinds.values())
+    return _merge_alike(chunks, groups, pool)
+
+
+def _merge_alike(chunks: list[Chunk], groups: Groups, pool: BufferPool) -> int:
+    """:func:`merge_duplicates` of chunks whose columns are of one kind."""
     hashes = [hash_dense_t(c.dense_t) if c.dense_t is not None
               else hash_csr(c.csr.indptr, c.csr.indices, c.csr.data) for c in chunks]
     sizes = np.array([len(h) for h in hashes], np.int64)
@@ -248,7 +260,7 @@ def merge_duplicates(chunks: list[Chunk], groups: Groups, n: int, pool: BufferPo
     local = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
 
     def same(rep: int, candidates: np.ndarray) -> np.ndarray:
-        vector = _row_vector(chunks[owner[rep]], int(local[rep]), n)
+        vector = _row_vector(chunks[owner[rep]], int(local[rep]))
         nonzeros = int(np.count_nonzero(vector))
         out = np.zeros(len(candidates), np.bool_)
         for c in np.unique(owner[candidates]):

@@ -91,8 +91,10 @@ def sparse_step(yp, yi, yx, wp, wi, wx, bias, ymax, n_out, compact):  # pragma: 
 
 
 @numba.njit(nogil=True, cache=True)
-def dense_step(yt, wtp, wti, wtx, bias, ymax, zt, row_tile, order):  # pragma: no cover
-    """One layer on a dense tile ``yt`` (``n_in x rows``) with ``W^T`` in CSR.
+def dense_step_sized(yt, wtp, wti, wtx, bias, ymax, zt, row_tile, order, sizes
+                     ):  # pragma: no cover
+    """:func:`dense_step`, each output row counting ``sizes[j]`` nonzeros where it is
+    nonzero (a tile over neuron classes: :mod:`.classes`).
 
     Writes the ``n_out x rows`` output into ``zt`` (any contents; every entry is written)
     and returns ``(alive, nnz)``: which rows have a nonzero, and the number of nonzeros.
@@ -134,6 +136,7 @@ def dense_step(yt, wtp, wti, wtx, bias, ymax, zt, row_tile, order):  # pragma: n
                     dst[r] += w * src[r]
                 q += 1
             b = bias[j]
+            size = sizes[j]
             # Selects, not branches, so the loop vectorises (the whole kernel 17% faster
             # on 1024-120 than with branches); the same values: no bias where z == 0.
             for r in range(m):
@@ -141,11 +144,61 @@ def dense_step(yt, wtp, wti, wtx, bias, ymax, zt, row_tile, order):  # pragma: n
                 y = min(max(z + b, zero), ymax)
                 y = y if z != 0.0 else zero
                 dst[r] = y
-                count[r] += np.int32(y != 0.0)
+                count[r] += size * np.int32(y != 0.0)
     nnz = 0
     for r in range(rows):
         nnz += counts[r]
         alive[r] = counts[r] > 0
+    return alive, nnz
+
+
+@numba.njit(nogil=True, cache=True)
+def dense_step(yt, wtp, wti, wtx, bias, ymax, zt, row_tile, order):  # pragma: no cover
+    """One layer on a dense tile ``yt`` (``n_in x rows``) with ``W^T`` in CSR.
+
+    Writes the ``n_out x rows`` output into ``zt`` (any contents; every entry is written)
+    and returns ``(alive, nnz)``: which rows have a nonzero, and the number of nonzeros.
+    Output neurons are visited in ``order`` (a permutation; see
+    :attr:`~sdnn_dask.core.network.Network.output_order`), which only affects speed. An
+    ``order`` of some neurons only writes (and counts) those: model-parallel training
+    forms the neurons other parts read first, sends them, then forms the rest.
+    """
+    return dense_step_sized(yt, wtp, wti, wtx, bias, ymax, zt, row_tile, order,
+                            np.ones(zt.shape[0], np.int32))
+
+
+@numba.njit(nogil=True, cache=True)
+def scatter_step(yp, yi, yx, rp, ri, rx, bias, ymax, zt, sizes):  # pragma: no cover
+    """One layer from CSR rows ``(yp, yi, yx)`` over neurons into a dense tile ``zt``
+    (``n_classes x rows``) over output classes (:mod:`.classes`), with ``(rp, ri, rx)``
+    the classes' columns of ``W`` in CSR (rows = inputs, columns = classes).
+
+    Each row's nonzero inputs, ascending, are scattered into one accumulator per class,
+    as :func:`sparse_step` does per neuron (the same terms in the same order); returns
+    ``(alive, nnz)`` as :func:`dense_step_sized` does, ``sizes[c]`` nonzeros a class.
+    """
+    n_c, rows = zt.shape
+    acc = np.zeros(n_c, np.float32)
+    alive = np.zeros(rows, np.bool_)
+    zero = np.float32(0.0)
+    nnz = 0
+    for r in range(rows):
+        for p in range(yp[r], yp[r + 1]):
+            k = yi[p]
+            v = yx[p]
+            for q in range(rp[k], rp[k + 1]):
+                acc[ri[q]] += v * rx[q]
+        count = 0
+        for c in range(n_c):
+            z = acc[c]
+            y = zero
+            if z != 0.0:
+                acc[c] = 0.0
+                y = min(max(z + bias[c], zero), ymax)
+            zt[c, r] = y
+            count += sizes[c] * np.int32(y != 0.0)
+        alive[r] = count > 0
+        nnz += count
     return alive, nnz
 
 

@@ -1,0 +1,239 @@
+"""Identical output neurons computed once: a layer's columns in classes.
+
+Two output neurons of a layer whose columns of ``W`` hold the same inputs with the same
+weights, and whose biases are equal, get the same activation from every input row, bit
+for bit: every step sums a neuron's terms input by input, ascending, so equal columns sum
+the same terms in the same order. RadiX-Net layers
+(``W = (1/16) Pi kron(ones(16, 16), I + C^s)``, :mod:`sdnn_dask.data.radixnet`, and the
+challenge's own files) hold every column 16 times: column ``j`` equals column
+``j + N/16``. A layer of N neurons then has N/16 *classes*, and the kernel keeps one
+value per class and live row instead of one per neuron (:class:`ClassSpace`): a step
+computes each class once, reading each input from its own class's row, so its terms and
+their order are those of the plain step, and the activations expanded back to neurons at
+the end are the plain kernel's bits. A layer's work and its tile shrink 16-fold: at
+N = 65536 a row of activations is 16 KiB instead of 256 KiB.
+
+Finding them (:func:`column_classes`): a hash of each column (its rows, its values' bits
+and its neuron's bias) in one pass over ``W``'s nonzeros, the columns grouped by hash,
+then every column compared, entry by entry, with its class's first column (a hash
+collision makes a column a class of its own). No transpose is built: the first column of
+each class is gathered in the same pass (:attr:`ClassLayer.wt`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numba
+import numpy as np
+import scipy.sparse as sp
+
+from ..csr import pattern_order, transpose
+
+#: A layer goes to classes only if it has at most this share of classes per neuron: with
+#: more, the saving does not pay for the mapping (RadiX-Net: 1/16).
+MAX_CLASS_SHARE = 0.5
+
+_SEED = np.uint64(0xCBF29CE484222325)
+
+
+@numba.njit(nogil=True, cache=True)
+def _mix(h, x):  # pragma: no cover - compiled
+    h ^= x
+    h *= np.uint64(0x100000001B3)
+    h ^= h >> np.uint64(29)
+    return h
+
+
+@numba.njit(nogil=True, cache=True)
+def _column_hashes(wp, wi, wx, bias_bits):  # pragma: no cover - compiled
+    """Each column's hash (bias bits, then its rows and value bits in row order) and
+    its nonzeros."""
+    n = bias_bits.shape[0]
+    h = np.empty(n, np.uint64)
+    for j in range(n):
+        h[j] = _mix(_SEED, np.uint64(bias_bits[j]))
+    counts = np.zeros(n, np.int64)
+    bits = wx.view(np.uint32)
+    for i in range(wp.shape[0] - 1):
+        for p in range(wp[i], wp[i + 1]):
+            j = wi[p]
+            h[j] = _mix(_mix(h[j], np.uint64(i)), np.uint64(bits[p]))
+            counts[j] += 1
+    return h, counts
+
+
+@numba.njit(nogil=True, cache=True)
+def _gather_reps(wp, wi, wx, cls, is_rep, tp):  # pragma: no cover - compiled
+    """The representatives' columns as rows of a CSR (``tp`` given): row ``c`` holds
+    column ``reps[c]``'s rows and values, in row order."""
+    ti = np.empty(tp[-1], np.int32)
+    tx = np.empty(tp[-1], np.float32)
+    fill = tp[:-1].copy()
+    for i in range(wp.shape[0] - 1):
+        for p in range(wp[i], wp[i + 1]):
+            j = wi[p]
+            if is_rep[j]:
+                c = cls[j]
+                ti[fill[c]] = i
+                tx[fill[c]] = wx[p]
+                fill[c] += 1
+    return ti, tx
+
+
+@numba.njit(nogil=True, cache=True)
+def _differs(wp, wi, wx, cls, tp, ti, tx, bias_bits, reps):  # pragma: no cover
+    """Whether each column differs from its class's representative (rows, value bits,
+    count or bias): a hash collision."""
+    n = cls.shape[0]
+    pos = np.zeros(n, np.int64)
+    bad = np.zeros(n, np.bool_)
+    xb = wx.view(np.uint32)
+    tb = tx.view(np.uint32)
+    for i in range(wp.shape[0] - 1):
+        for p in range(wp[i], wp[i + 1]):
+            j = wi[p]
+            c = cls[j]
+            q = tp[c] + pos[j]
+            pos[j] += 1
+            if q >= tp[c + 1] or ti[q] != i or tb[q] != xb[p]:
+                bad[j] = True
+    for j in range(n):
+        c = cls[j]
+        if pos[j] != tp[c + 1] - tp[c] or bias_bits[j] != bias_bits[reps[c]]:
+            bad[j] = True
+    return bad
+
+
+@dataclass(frozen=True, eq=False)
+class ClassSpace:
+    """The columns of activations kept one per class of a layer's output neurons.
+
+    Attributes
+    ----------
+    layer
+        The layer (0-based) whose output neurons the classes group.
+    classes
+        ``(N,)`` int32: each neuron's class (the column its value is kept in).
+    sizes
+        ``(n_classes,)`` int32: the neurons of each class.
+    """
+
+    layer: int
+    classes: np.ndarray = field(repr=False)
+    sizes: np.ndarray = field(repr=False)
+
+    @property
+    def n(self) -> int:
+        """Classes (columns of the activations)."""
+        return int(self.sizes.shape[0])
+
+    def tile_nnz(self, tile: np.ndarray) -> int:
+        """Neuron nonzeros of an ``n x rows`` class tile (each class counts its size)."""
+        return int(np.count_nonzero(tile, axis=1).astype(np.int64) @ self.sizes)
+
+    def column_nnz(self, tile: np.ndarray) -> np.ndarray:
+        """Neuron nonzeros of each column (live row) of an ``n x rows`` class tile."""
+        return self.sizes.astype(np.int64) @ (tile != 0)
+
+    def row_nnz(self, csr: sp.csr_matrix) -> np.ndarray:
+        """Neuron nonzeros of each row of a CSR over classes."""
+        rows = np.repeat(np.arange(csr.shape[0]), np.diff(csr.indptr))
+        weights = self.sizes[csr.indices] * (csr.data != 0)
+        return np.bincount(rows, weights=weights, minlength=csr.shape[0]).astype(np.int64)
+
+    def expand_csr(self, csr: sp.csr_matrix) -> sp.csr_matrix:
+        """CSR rows over classes as CSR rows over neurons (each class's value repeated in
+        every neuron of the class; canonical)."""
+        out = csr[:, self.classes]
+        out.sort_indices()
+        return out
+
+
+@dataclass(eq=False)
+class ClassLayer:
+    """One layer with its output neurons in classes (:func:`column_classes`).
+
+    Attributes
+    ----------
+    space
+        The output classes (:class:`ClassSpace`).
+    wt
+        ``n_classes x N`` float32 CSR: row ``c`` is the column of ``W`` of class ``c``'s
+        first neuron (inputs as neurons, ascending).
+    bias
+        ``(n_classes,)`` float32: each class's bias.
+    """
+
+    space: ClassSpace
+    wt: sp.csr_matrix = field(repr=False)
+    bias: np.ndarray = field(repr=False)
+    _from_classes: dict = field(default_factory=dict, repr=False)
+    _from_neurons: tuple | None = field(default=None, repr=False)
+    _scatter: sp.csr_matrix | None = field(default=None, repr=False)
+
+    def step_weights(self, inputs: ClassSpace | None) -> tuple[sp.csr_matrix, np.ndarray]:
+        """``(W^T, output order)`` for a tile whose rows are ``inputs``' classes (or
+        neurons, for ``None``): the classes' columns, each input index mapped to the row
+        it is kept in, in the same order; and an order of the classes grouping those that
+        read the same rows (:func:`~sdnn_dask.core.csr.pattern_order`)."""
+        if inputs is None:
+            if self._from_neurons is None:
+                self._from_neurons = (self.wt, pattern_order(self.wt))
+            return self._from_neurons
+        found = self._from_classes.get(inputs.layer)
+        if found is None:
+            wt = sp.csr_matrix((self.wt.data, inputs.classes[self.wt.indices],
+                                self.wt.indptr), shape=(self.wt.shape[0], inputs.n))
+            found = self._from_classes[inputs.layer] = (wt, pattern_order(wt))
+        return found
+
+    @property
+    def scatter(self) -> sp.csr_matrix:
+        """``N x n_classes`` float32 CSR: ``W``'s columns of the classes' first neurons,
+        rows = inputs, for the step on sparse rows over neurons."""
+        if self._scatter is None:
+            self._scatter = transpose(self.wt)
+        return self._scatter
+
+
+def column_classes(w: sp.csr_matrix, bias: np.ndarray, layer: int) -> ClassLayer | None:
+    """The classes of ``w``'s output neurons (equal columns and equal bias), as a
+    :class:`ClassLayer`; ``None`` if they are more than :data:`MAX_CLASS_SHARE` of the
+    neurons (the plain kernel then does better).
+
+    Exact: columns grouped by hash are compared entry by entry with their class's first
+    column; a column that differs (a collision) becomes a class of its own.
+    """
+    n = int(w.shape[1])
+    bias = np.ascontiguousarray(bias, dtype=np.float32)
+    bias_bits = bias.view(np.uint32)
+    hashes, counts = _column_hashes(w.indptr, w.indices, w.data, bias_bits)
+    _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
+    if len(first) > MAX_CLASS_SHARE * n:
+        return None
+    while True:
+        order = np.argsort(first, kind="stable")  # classes numbered by first neuron
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        cls = rank[inverse.ravel()].astype(np.int32)
+        reps = first[order].astype(np.int64)
+        is_rep = np.zeros(n, np.bool_)
+        is_rep[reps] = True
+        tp = np.zeros(len(reps) + 1, np.int64)
+        np.cumsum(counts[reps], out=tp[1:])
+        ti, tx = _gather_reps(w.indptr, w.indices, w.data, cls, is_rep, tp)
+        bad = _differs(w.indptr, w.indices, w.data, cls, tp, ti, tx, bias_bits, reps)
+        if not bad.any():
+            break
+        # collisions: each differing column its own class, then check again
+        moved = np.flatnonzero(bad)
+        inverse = inverse.ravel().copy()
+        inverse[moved] = len(first) + np.arange(len(moved))
+        first = np.concatenate([first, moved])
+        if len(first) > MAX_CLASS_SHARE * n:
+            return None
+    sizes = np.bincount(cls, minlength=len(reps)).astype(np.int32)
+    wt = sp.csr_matrix((tx, ti, tp), shape=(len(reps), int(w.shape[0])))
+    wt.has_sorted_indices = True
+    return ClassLayer(ClassSpace(layer, cls, sizes), wt, bias[reps].copy())
