@@ -15,8 +15,8 @@ N = 65536 a row of activations is 16 KiB instead of 256 KiB.
 
 Finding them (:func:`column_classes`): a hash of each column (its rows, its values' bits
 and its neuron's bias) in one pass over ``W``'s nonzeros, the columns grouped by hash,
-then every column compared, entry by entry, with its class's first column (a hash
-collision makes a column a class of its own). No transpose is built: the first column of
+then every column compared, entry by entry, with its class's first column (columns that
+differ, a hash collision, are grouped again among themselves). No transpose is built: the first column of
 each class is gathered in the same pass (:attr:`ClassLayer.wt`).
 """
 
@@ -203,7 +203,7 @@ def column_classes(w: sp.csr_matrix, bias: np.ndarray, layer: int) -> ClassLayer
     neurons (the plain kernel then does better).
 
     Exact: columns grouped by hash are compared entry by entry with their class's first
-    column; a column that differs (a collision) becomes a class of its own.
+    column; the columns that differ (a collision) are grouped again among themselves.
     """
     n = int(w.shape[1])
     bias = np.ascontiguousarray(bias, dtype=np.float32)
@@ -226,11 +226,13 @@ def column_classes(w: sp.csr_matrix, bias: np.ndarray, layer: int) -> ClassLayer
         bad = _differs(w.indptr, w.indices, w.data, cls, tp, ti, tx, bias_bits, reps)
         if not bad.any():
             break
-        # collisions: each differing column its own class, then check again
+        # a collision: the columns that differ from their class's first one form a new
+        # class, the first of them its representative, and are checked again (each round
+        # settles one column at least)
         moved = np.flatnonzero(bad)
         inverse = inverse.ravel().copy()
-        inverse[moved] = len(first) + np.arange(len(moved))
-        first = np.concatenate([first, moved])
+        inverse[moved] = len(first)
+        first = np.append(first, moved[0])
         if len(first) > MAX_CLASS_SHARE * n:
             return None
     sizes = np.bincount(cls, minlength=len(reps)).astype(np.int32)
