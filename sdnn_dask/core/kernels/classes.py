@@ -16,8 +16,8 @@ N = 65536 a row of activations is 16 KiB instead of 256 KiB.
 Finding them (:func:`column_classes`): a hash of each column (its rows, its values' bits
 and its neuron's bias) in one pass over ``W``'s nonzeros, the columns grouped by hash,
 then every column compared, entry by entry, with its class's first column (columns that
-differ, a hash collision, are grouped again among themselves). No transpose is built: the first column of
-each class is gathered in the same pass (:attr:`ClassLayer.wt`).
+differ, a hash collision, are grouped again among themselves). No transpose is built:
+the first column of each class is gathered in a pass of its own (:attr:`ClassLayer.wt`).
 """
 
 from __future__ import annotations
