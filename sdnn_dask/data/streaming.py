@@ -130,6 +130,14 @@ class StreamedNetwork:
         self.name = self.store.name if self.n_layers == held else \
             f"{self.store.name} (layers 1-{self.n_layers})"
         self.edges = int(sum(e["nnz"] for e in self.store.manifest["layers"][: self.n_layers]))
+        self._class_layers: dict = {}
+
+    @property
+    def class_layers(self) -> dict:
+        """Layer index (0-based) -> its output neurons in classes, or ``None``, as the
+        kernel found them for a run's first passes of rows
+        (:mod:`sdnn_dask.core.kernels.classes`); kept in this process, never pickled."""
+        return self._class_layers
 
     def __repr__(self) -> str:
         return (f"StreamedNetwork({str(self.store.folder)!r}, n_layers={self.n_layers}, "

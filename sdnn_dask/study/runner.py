@@ -249,4 +249,6 @@ def _kernel_config(spec: RunSpec) -> dict[str, Any]:
         out["sdnn.kernel.chunk-bytes"] = spec.chunk_bytes
     if spec.dedup is not None:  # model/hybrid read it on the client too (dedup=None)
         out["sdnn.kernel.dedup"] = spec.dedup
+    if spec.classes is not None:
+        out["sdnn.kernel.classes"] = spec.classes
     return out

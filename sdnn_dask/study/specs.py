@@ -67,6 +67,10 @@ class RunSpec:
         Compute identical live rows once (``sdnn.kernel.dedup`` for this run; default:
         the configuration's own when it runs). Every strategy but ``reference`` takes it;
         ``dedup=[true, false]`` in a study runs both side by side.
+    classes
+        Compute identical output neurons once (``sdnn.kernel.classes`` for this run;
+        default: the configuration's own). The serial kernel and data parallelism take
+        it; model parallelism's part steps keep one value per neuron.
     placement
         Data parallelism: ``static`` (default; block b pinned to worker b mod P, one block
         per worker by default) or ``dynamic`` (blocks handed to workers as they free up).
@@ -93,6 +97,7 @@ class RunSpec:
     merge: bool | None = None
     dedup: bool | None = None
     objective: str | None = None
+    classes: bool | None = None
 
     def __post_init__(self) -> None:
         # Defaults filled in, fields that do not apply cleared: equal runs, equal keys.
@@ -130,6 +135,11 @@ class RunSpec:
         if s == "reference" and self.dedup is not None:
             raise StudyError("dedup is the compiled kernel's (identical rows computed "
                              "once); the reference recurrence computes every row")
+        if self.classes is not None and not isinstance(self.classes, bool):
+            raise StudyError(f"classes must be true or false, got {shown(self.classes)}")
+        if s not in ("kernel", "data") and self.classes is not None:
+            raise StudyError(f"classes is the serial kernel's and data parallelism's "
+                             f"(identical output neurons computed once); {s} has none")
         if self.epsilon is not None and not (isinstance(self.epsilon, int | float)
                                              and 0 <= self.epsilon < float("inf")):
             raise StudyError(f"epsilon must be a number >= 0, got {shown(self.epsilon)}")
@@ -189,12 +199,13 @@ class RunSpec:
     def key(self) -> str:
         """A short stable id of the configuration (its normalised fields, hashed).
 
-        ``dedup`` and ``objective`` unset are left out, so the keys of runs recorded before
+        ``dedup``, ``objective`` and ``classes`` unset are left out, so the keys of runs
+        recorded before
         they existed stay what they were (a study from then resumes); set, they are part of
         the key (a hypergraph run always sets ``objective``: its partition changed).
         """
         fields = dataclasses.asdict(self)
-        for name in ("dedup", "objective"):
+        for name in ("dedup", "objective", "classes"):
             if fields[name] is None:
                 del fields[name]
         return digest(fields)

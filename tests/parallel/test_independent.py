@@ -112,14 +112,16 @@ def test_data_parallel(client, problem, partition, merge):
     workers = sorted(client.nthreads())
     assert blocks["worker"].tolist() == [workers[b % 2] for b in range(3)]  # static: pinned
     how = "merged" if merge else "alone"
-    assert result.params == {"dedup": False, "placement": "static", "merge_blocks": how,
+    assert result.params == {"dedup": False, "classes": True, "placement": "static",
+                             "merge_blocks": how,
                              "weights": "resident", **(
         {"seed": 5} if partition == "random" else
         {"nbuckets": nbuckets} if partition == "hash" else {})}
     if partition == "random":  # the default seed is 0; the argument overrides the config
         again = DataParallelExecutor(client, net, warm_up=False).run(
             inputs, partition=partition, n_blocks=3, merge=not merge)
-        assert again.params == {"dedup": False, "placement": "static", "seed": 0,
+        assert again.params == {"dedup": False, "classes": True, "placement": "static",
+                                "seed": 0,
                                 "weights": "resident",
                                 "merge_blocks": "alone" if merge else "merged"}
         np.testing.assert_array_equal(again.output.toarray(), ys[-1])

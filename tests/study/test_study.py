@@ -228,11 +228,13 @@ def test_kernel_settings_set_on_the_client_reach_every_strategy(client, small_pr
     """dask.config.set in the client's process governs data and model tasks alike."""
     specs = [RunSpec("data", "block"), RunSpec("model", "block")]
     modes = {}
-    for threshold in (0.0, 2.0):  # 0: every layer dense; 2: none
-        with dask.config.set({"sdnn.kernel.dense-threshold": threshold}):
+    for threshold in (0.0, 2.0):  # 0: every layer dense; 2: none (classes off: with
+        with dask.config.set({"sdnn.kernel.dense-threshold": threshold,  # them, no choice)
+                              "sdnn.kernel.classes": False}):
             found = study.compare(small_problem, client, specs=specs, study="k",
                                   warm_up=False)
         assert set(found.runs["dense_threshold"]) == {threshold}
+        assert set(found.runs["classes"]) == {"off"}
         layers = found.layers.merge(found.runs[["run_id", "strategy"]].drop_duplicates(),
                                     on="run_id")
         live = layers[layers["rows_in"] > 0]
@@ -242,16 +244,22 @@ def test_kernel_settings_set_on_the_client_reach_every_strategy(client, small_pr
 
 
 def test_kernel_settings_of_a_spec_govern_its_run(client, small_problem):
-    specs = [RunSpec("kernel", dense_threshold=2), RunSpec("data", dense_threshold=0.0),
-             RunSpec("hybrid", dense_threshold=2.0, chunk_bytes=1 << 16)]
+    specs = [RunSpec("kernel", dense_threshold=2, classes=False),
+             RunSpec("data", dense_threshold=0.0, classes=False),
+             RunSpec("hybrid", dense_threshold=2.0, chunk_bytes=1 << 16),
+             RunSpec("data", "hash", classes=True)]
     assert specs[0].key() != RunSpec("kernel").key() and specs[0].dense_threshold == 2.0
     found = study.compare(small_problem, client, specs=specs, study="k")
-    runs = found.runs.drop_duplicates("run_id").set_index("strategy")
+    runs = found.runs.drop_duplicates("run_id")
+    hashed = runs[runs["partition"] == "hash"]
+    assert hashed["classes"].tolist() == ["on"] and hashed["check"].tolist() == ["PASS"]
+    runs = runs[runs["partition"] != "hash"].set_index("strategy")
+    assert runs["classes"].to_dict() == {"kernel": "off", "data": "off", "hybrid": "off"}
     assert runs["dense_threshold"].to_dict() == {"kernel": 2.0, "data": 0.0, "hybrid": 2.0}
     assert runs.loc["hybrid", "chunk_bytes"] == 1 << 16 and set(runs["check"]) == {"PASS"}
     layers = found.layers.merge(found.runs[["run_id", "strategy"]].drop_duplicates(),
                                 on="run_id")
-    live = layers[layers["rows_in"] > 0]
+    live = layers[(layers["rows_in"] > 0) & ~layers["run_id"].isin(hashed["run_id"])]
     assert {s: set(m) for s, m in live.groupby("strategy")["mode"]} == {
         "kernel": {"sparse"}, "data": {"dense"}, "hybrid": {"sparse"}}
     with pytest.raises(StudyError, match="the reference recurrence has none"):

@@ -41,6 +41,9 @@ def test_a_dedup_list_expands_into_runs_with_their_own_keys_and_labels():
     assert RunSpec("kernel").key() == "f1b6268d7cd7"
     assert RunSpec("kernel", dedup=True).key() != RunSpec("kernel").key()
     assert RunSpec("kernel", dedup=True).key() != RunSpec("kernel", dedup=False).key()
+    # the same for classes
+    assert RunSpec("kernel", classes=False).key() != RunSpec("kernel").key()
+    assert RunSpec("kernel", classes=False).key() != RunSpec("kernel", classes=True).key()
 
 
 @pytest.mark.parametrize("entry, message", [
@@ -51,6 +54,10 @@ def test_a_dedup_list_expands_into_runs_with_their_own_keys_and_labels():
     ({"strategy": ["reference", "kernel"], "dedup": False},
      r"runs\[0\]: dedup is the compiled kernel's .* the reference recurrence computes"),
     ({"strategy": "model", "dedpu": True}, r"unknown key 'dedpu' \(did you mean 'dedup'\?\)"),
+    ({"strategy": "kernel", "classes": "on"}, r"runs\[0\]: classes must be true or false, "
+                                              "got 'on'"),
+    ({"strategy": ["data", "model"], "classes": True},
+     r"runs\[0\]: classes is the serial kernel's and data parallelism's .* model has none"),
 ])
 def test_bad_dedup_entries_are_refused_before_anything_runs(entry, message):
     with pytest.raises(StudyError, match=message):

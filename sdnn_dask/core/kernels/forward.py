@@ -534,31 +534,39 @@ class _Stepper:
 #: live rows: finding a layer's classes costs about what a plain step on a few rows does
 #: (a network in memory keeps its classes, found once).
 STREAM_CLASS_ROWS = 16
+#: Layers whose classes a streamed network keeps for its next passes of rows (the first
+#: ones found; rows die within 20-30 challenge layers, so these are all a run needs).
+STREAM_CLASS_LAYERS = 64
 
 
 class _ClassLayers:
     """Each layer's :class:`~.classes.ClassLayer` (``None``: the layer runs plain), found
-    when a chunk first needs it: kept on a network in memory
-    (:attr:`~sdnn_dask.core.network.Network.class_layers`, found once a process), for the
-    run for one streamed from a store, where only chunks of at least
-    :data:`STREAM_CLASS_ROWS` rows look for them."""
+    when a chunk first needs it and kept on the network
+    (:attr:`~sdnn_dask.core.network.Network.class_layers`): in memory, every layer's,
+    found once a process; streamed from a store, only for chunks of at least
+    :data:`STREAM_CLASS_ROWS` rows, and the first :data:`STREAM_CLASS_LAYERS` layers'
+    kept for the run's next passes (:attr:`StreamedNetwork.class_layers
+    <sdnn_dask.data.streaming.StreamedNetwork.class_layers>`)."""
 
     def __init__(self, network: Network, enabled: bool):
         self.enabled = enabled
         self.streamed = hasattr(network, "kernel_layers")
-        self.found: dict[int, ClassLayer | None] = ({} if self.streamed
-                                                    else network.class_layers)
+        self.kept: dict[int, ClassLayer | None] = network.class_layers
+        self.found: dict[int, ClassLayer | None] = {}
         self.bias = network.bias
 
     def get(self, k: int, w: sp.csr_matrix, rows: int) -> ClassLayer | None:
         """Layer ``k``'s classes for a chunk of ``rows`` live rows, or ``None``."""
         if not self.enabled:
             return None
-        if k in self.found:
-            return self.found[k]
+        for known in (self.kept, self.found):
+            if k in known:
+                return known[k]
         if self.streamed and rows < STREAM_CLASS_ROWS:
             return None
-        found = self.found[k] = column_classes(w, self.bias, k)
+        found = column_classes(w, self.bias, k)
+        keep = not self.streamed or len(self.kept) < STREAM_CLASS_LAYERS
+        (self.kept if keep else self.found)[k] = found
         return found
 
 
