@@ -134,3 +134,37 @@ def dense_t_to_csr(yt: np.ndarray) -> sp.csr_matrix:
     csr.has_sorted_indices = True  # canonical by construction: sorted, no zeros
     csr.has_canonical_format = True
     return csr
+
+
+@numba.njit(nogil=True, cache=True)
+def _take_rows(indptr, indices, data, source):  # pragma: no cover - compiled
+    out_ptr = np.zeros(source.shape[0] + 1, np.int64)
+    for r in range(source.shape[0]):
+        s = source[r]
+        out_ptr[r + 1] = out_ptr[r] + indptr[s + 1] - indptr[s]
+    out_i = np.empty(out_ptr[-1], np.int32)
+    out_x = np.empty(out_ptr[-1], np.float32)
+    for r in range(source.shape[0]):
+        s = source[r]
+        start, length = indptr[s], indptr[s + 1] - indptr[s]
+        out_i[out_ptr[r] : out_ptr[r] + length] = indices[start : start + length]
+        out_x[out_ptr[r] : out_ptr[r] + length] = data[start : start + length]
+    return out_ptr, out_i, out_x
+
+
+def take_rows(csr: sp.csr_matrix, source: np.ndarray) -> sp.csr_matrix:
+    """Rows ``source`` of a canonical float32 CSR (repeats allowed), as canonical CSR.
+
+    ``csr[source]``, compiled: the outputs of identical rows computed once are expanded
+    with it, at N = 65536 thousands of copies of a 65536-nonzero row (scipy's row
+    indexing took 1.1-1.7 s for 2416 of them, this a fraction).
+    """
+    indptr, indices, data = _take_rows(csr.indptr, as_csr32(csr).indices,
+                                       as_csr32(csr).data,
+                                       np.ascontiguousarray(source, dtype=np.int64))
+    if indptr[-1] <= np.iinfo(np.int32).max:
+        indptr = indptr.astype(np.int32)
+    out = sp.csr_matrix((data, indices, indptr), shape=(len(source), csr.shape[1]),
+                        copy=False)
+    out.has_sorted_indices = csr.has_sorted_indices
+    return out

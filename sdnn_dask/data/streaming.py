@@ -28,6 +28,7 @@ import threading
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ import scipy.sparse as sp
 
 from .. import config
 from ..core.kernels import InputOrder
-from ..core.kernels.steps import LazyInputOrder
+from ..core.kernels.steps import LazyInputOrder, StoredLayer
 from .store import NetworkStore, open_store, writable_array
 
 __all__ = ["StreamedNetwork", "bytes_read", "resident_bytes"]
@@ -158,9 +159,16 @@ class StreamedNetwork:
         :func:`resident_bytes`)."""
         return resident_bytes(self.store, self.n_layers)
 
-    def kernel_layers(self, start: int = 0) -> Iterator[tuple[sp.csr_matrix, None, InputOrder]]:
+    def kernel_layers(self, start: int = 0
+                      ) -> Iterator[tuple[sp.csr_matrix | StoredLayer, None, InputOrder]]:
         """Each layer's ``(W, None, input order)``, in order, as the kernel needs them,
         from layer ``start + 1`` on (``start`` layers already done).
+
+        ``W`` is canonical CSR, or, for a layer a version-2 store keeps as uniform rows of
+        one value (RadiX-Net), a :class:`~sdnn_dask.core.kernels.StoredLayer`: its
+        columns' file as stored, checked, which the sparse step takes as it is (a deep
+        layer's one or few rows), decoded in the computing thread only when a step needs
+        canonical CSR.
 
         No transpose: the kernel's dense step then walks ``W`` itself
         (:func:`~sdnn_dask.core.kernels.dense_step_w`), visiting the inputs in an order that
@@ -178,14 +186,21 @@ class StreamedNetwork:
         folder = str(self.store.folder.resolve())
         layers = self.store.manifest["layers"]
 
-        def prepare(k: int) -> tuple[sp.csr_matrix, None, InputOrder]:
+        def canonical(k: int) -> sp.csr_matrix:
             read = self.store.layer(k)  # checked on its first read
-            with _OPENED_LOCK:
-                _READ[folder] = _READ.get(folder, 0) + sum(
-                    file["bytes"] for file in layers[k - 1]["files"].values())
             w = sp.csr_matrix((writable_array(read.data), writable_array(read.indices),
                                writable_array(read.indptr)), shape=read.shape, copy=False)
             w.has_sorted_indices = w.has_canonical_format = True
+            return w
+
+        def prepare(k: int) -> tuple[sp.csr_matrix | StoredLayer, None, InputOrder]:
+            uniform = self.store.uniform_layer(k)  # checked on its first read
+            with _OPENED_LOCK:
+                _READ[folder] = _READ.get(folder, 0) + sum(
+                    file["bytes"] for file in layers[k - 1]["files"].values())
+            n = self.n_neurons
+            w = (canonical(k) if uniform is None  # decoded only if a step asks for it
+                 else StoredLayer(uniform, partial(canonical, k), (n, n)))
             ahead = k + self.window + READ_AHEAD
             if ahead <= self.n_layers:  # the disk reads on while these are prepared
                 self.store.read_ahead(ahead)

@@ -11,7 +11,10 @@ import scipy.sparse as sp
 from dedup_cases import assert_bitwise, several_groups
 from dedup_cases import random_inputs as _inputs
 from dedup_cases import random_network as _random_network
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from sdnn_dask.core.csr import take_rows
 from sdnn_dask.core.kernels import (
     KernelSettings,
     finish_blocks,
@@ -258,3 +261,18 @@ def test_survivors_in_several_groups_expand_to_their_own_rows():
         got = sp.vstack([on.to_csr() for on in ons]).toarray()
         np.testing.assert_array_equal(got, expected, err_msg=name)
         _assert_merged(pd.concat([on.trace for on in ons]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), rows=st.integers(0, 30), n=st.integers(1, 50),
+       taken=st.integers(0, 60))
+def test_take_rows_is_scipys_row_indexing(seed, rows, n, taken):
+    """The compiled row gather that expands merged rows: scipy's ``csr[source]``."""
+    rng = np.random.default_rng(seed)
+    csr = sp.random(rows, n, density=0.3, format="csr", dtype=np.float32, rng=rng)
+    source = rng.integers(0, rows, taken) if rows else np.zeros(0, np.int64)
+    mine, scipys = take_rows(csr, source), csr[source]
+    assert mine.shape == scipys.shape
+    np.testing.assert_array_equal(mine.indptr, scipys.indptr)
+    np.testing.assert_array_equal(mine.indices, scipys.indices)
+    np.testing.assert_array_equal(mine.data, scipys.data)

@@ -15,6 +15,8 @@ from store_v1 import write_v1_store
 from sdnn_dask.core.csr import transpose
 from sdnn_dask.core.kernels import (
     KernelSettings,
+    StoredLayer,
+    canonical,
     forward_block,
     start_block,
     stream_blocks,
@@ -177,6 +179,12 @@ class _CountingStore(NetworkStore):
         self.read.append(int(k))
         return super().layer(k)
 
+    def uniform_layer(self, k):
+        found = super().uniform_layer(k)
+        if found is not None:  # a layer given as stored (decoded by layer() if asked)
+            self.read.append(int(k))
+        return found
+
 
 def _counting(held: NetworkStore) -> _CountingStore:
     return _CountingStore(held.folder, held.manifest)
@@ -186,13 +194,13 @@ def test_each_layer_is_read_once_in_order(held, inputs):
     counted = _counting(held)
     streamed = StreamedNetwork(counted, window=3)
     stream_blocks(streamed, [inputs[:300], inputs[300:]])
-    # each layer mapped twice at most: read ahead ``window`` early, then prepared
+    # each layer mapped twice at most: as stored, then decoded if a step asks
     assert sorted(set(counted.read)) == list(range(1, L + 1))
     assert max(Counter(counted.read).values()) <= 2
     # the kernel is handed (W, W^T, order) of layer 1, 2, ... each once, and cannot go back
     layers = _InOrder(streamed.kernel_layers())
     w3, wt3, walk = layers[2]
-    assert (w3 != held.layer(3)).nnz == 0 and wt3 is None  # no transpose: W itself
+    assert (canonical(w3) != held.layer(3)).nnz == 0 and wt3 is None  # no transpose
     assert sorted(walk.order) == list(range(N))
     assert layers[2][0] is w3
     with pytest.raises(RuntimeError, match="read once, in order"):
@@ -216,13 +224,20 @@ class _KeepingStore(NetworkStore):
 @pytest.mark.parametrize("version", [1, 2])
 def test_kernel_layers_copy_maps_and_nothing_else(net, tmp_path, version):
     """A version-1 layer is read-only maps: copied, once. A version-2 RadiX-Net layer is
-    decoded by the store into new arrays already (uint16 columns, one value): used as
-    they are, not copied again."""
+    given as stored (its uint16 columns' map, one value), and decoded by the store into
+    new arrays only when a step asks for canonical CSR: used as they are, not copied
+    again."""
     folder = (write_v1_store if version == 1 else store.write_network)(tmp_path / "s", net)
     opened = store.open_store(folder)
     kept = _KeepingStore(opened.folder, opened.manifest)
     for k, (w, _, _) in enumerate(StreamedNetwork(kept, n_layers=3, window=1).kernel_layers(),
                                   start=1):
+        if version == 2:  # as stored, until asked
+            assert isinstance(w, StoredLayer) and k not in kept.given
+            assert w.uniform.indices.dtype == np.uint16 and w.uniform.row_nnz == 32
+            assert isinstance(w.uniform.indices.base, np.memmap | type(None)) or \
+                not w.uniform.indices.flags.writeable
+            w = w.csr
         given = kept.given[k]
         assert (w != net.layers[k - 1]).nnz == 0
         for part in ("data", "indices"):

@@ -27,10 +27,14 @@ from .steps import (
     ROW_TILE,
     SETUP_ROWS,
     InputOrder,
+    StoredLayer,
+    UniformWeights,
+    canonical,
     dense_step,
     dense_step_w,
     input_order,
     sparse_step,
+    sparse_step_uniform,
 )
 
 __all__ = [
@@ -41,7 +45,10 @@ __all__ = [
     "BlockState",
     "InputOrder",
     "KernelSettings",
+    "StoredLayer",
+    "UniformWeights",
     "begin_block",
+    "canonical",
     "dense_step",
     "dense_step_w",
     "finish_blocks",
@@ -49,6 +56,7 @@ __all__ = [
     "forward_blocks",
     "input_order",
     "sparse_step",
+    "sparse_step_uniform",
     "start_block",
     "stream_blocks",
     "warm_up_kernels",

@@ -16,11 +16,14 @@ from .classes import ClassLayer, ClassSpace
 from .steps import (
     ROW_TILE,
     SETUP_ROWS,
+    StoredLayer,
+    canonical,
     dense_step,
     dense_step_sized,
     dense_step_w,
     scatter_step,
     sparse_step,
+    sparse_step_uniform,
 )
 
 
@@ -108,11 +111,13 @@ class Chunk:
         """
         if self.space is not None:  # a plain layer takes neurons
             self.expand(pool, capacity)
+        stored = w if isinstance(w, StoredLayer) else None
         rows, n = len(self.live), w.shape[1]
         # A dense layer costs ~n_out * 32 loop set-ups whatever the row count, so few rows
         # need a higher density to pay for it (measured crossover: ~5 rows when full).
         dense = self.nnz >= threshold * (1.0 + SETUP_ROWS / rows) * n * rows
         if dense:
+            w = canonical(w)
             if self._buffers is None:
                 c = self.csr
                 self._attach(pool, capacity)
@@ -136,8 +141,13 @@ class Chunk:
                 self.release(pool)
             return "dense"
         c = self.to_csr(pool)
-        op, oi, ox, kept = sparse_step(c.indptr, c.indices, c.data, w.indptr, w.indices,
-                                       w.data, bias, ymax, n, True)
+        if stored is not None:  # as the store keeps it: no columns widened, no values
+            u = stored.uniform
+            op, oi, ox, kept = sparse_step_uniform(c.indptr, c.indices, c.data, u.indices,
+                                                   u.row_nnz, u.value, bias, ymax, n, True)
+        else:
+            op, oi, ox, kept = sparse_step(c.indptr, c.indices, c.data, w.indptr, w.indices,
+                                           w.data, bias, ymax, n, True)
         self.csr = sp.csr_matrix((ox, oi, op), shape=(len(kept), n))
         self.live, self.nnz = self.live[kept], int(ox.shape[0])
         return "sparse"

@@ -25,13 +25,13 @@ import pandas as pd
 import scipy.sparse as sp
 
 from ... import config
-from ..csr import as_csr32
+from ..csr import as_csr32, take_rows
 from ..network import Network
 from .chunks import BufferPool, Chunk
 from .classes import ClassLayer, column_classes
 from .dedup import DedupPolicy, Groups, merge_duplicates
 from .schedule import ChunkSchedule, live_rows
-from .steps import ROW_TILE, dense_step_w, input_order
+from .steps import ROW_TILE, canonical, dense_step_w, input_order
 
 
 @dataclass
@@ -388,7 +388,7 @@ def finish_blocks(network: Network, states: list[BlockState],
         rows, values = np.empty(0, np.int64), sp.csr_matrix((0, n), dtype=np.float32)
     if step.groups:  # every row a representative stands for, its values repeated
         rows, source = step.groups.expand(rows)
-        values = values[source]
+        values = take_rows(as_csr32(values), source)
     elif len(states) > 1:  # back into block order (chunks joined by layer, not by block)
         order = np.argsort(rows, kind="stable")
         rows, values = rows[order], values[order]
@@ -564,7 +564,7 @@ class _ClassLayers:
                 return known[k]
         if self.streamed and rows < STREAM_CLASS_ROWS:
             return None
-        found = column_classes(w, self.bias, k)
+        found = column_classes(canonical(w), self.bias, k)
         keep = not self.streamed or len(self.kept) < STREAM_CLASS_LAYERS
         (self.kept if keep else self.found)[k] = found
         return found

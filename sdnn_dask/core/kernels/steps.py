@@ -23,6 +23,7 @@ A stored entry whose sum is exactly 0.0 gets no bias, as in the MATLAB reference
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numba
@@ -63,6 +64,57 @@ def sparse_step(yp, yi, yx, wp, wi, wx, bias, ymax, n_out, compact):  # pragma: 
             v = yx[p]
             for q in range(wp[k], wp[k + 1]):
                 acc[wi[q]] += v * wx[q]
+        if nnz + n_out > cap:  # grow the output, doubling, so appends stay amortised O(1)
+            cap = max(2 * cap, nnz + n_out)
+            oi2 = np.empty(cap, np.int32)
+            ox2 = np.empty(cap, np.float32)
+            oi2[:nnz] = oi[:nnz]
+            ox2[:nnz] = ox[:nnz]
+            oi = oi2
+            ox = ox2
+        start = nnz
+        for j in range(n_out):
+            z = acc[j]
+            if z != 0.0:
+                acc[j] = 0.0
+                z += bias[j]
+                if z > 0.0:
+                    if z > ymax:
+                        z = ymax
+                    oi[nnz] = j
+                    ox[nnz] = z
+                    nnz += 1
+        if nnz > start or not compact:
+            kept[nkept] = r
+            nkept += 1
+            op[nkept] = nnz
+    return op[: nkept + 1], oi[:nnz], ox[:nnz], kept[:nkept]
+
+
+@numba.njit(nogil=True, cache=True)
+def sparse_step_uniform(yp, yi, yx, wi, row_nnz, value, bias, ymax, n_out, compact
+                        ):  # pragma: no cover
+    """:func:`sparse_step` on a layer of ``row_nnz`` nonzeros in every row, all equal to
+    ``value`` (float32), its columns ``wi`` of any integer dtype: a RadiX-Net layer as a
+    store keeps it (uint16 columns, a quarter of the int32 columns and float32 values the
+    plain step reads). Each input's product with the one value is formed once; it is the
+    product the plain step forms for every nonzero, so the sums are the same bits.
+    """
+    nrows = yp.shape[0] - 1
+    acc = np.zeros(n_out, np.float32)
+    cap = max(1024, 2 * yx.shape[0])
+    op = np.zeros(nrows + 1, np.int64)
+    oi = np.empty(cap, np.int32)
+    ox = np.empty(cap, np.float32)
+    kept = np.empty(nrows, np.int64)
+    nkept = 0
+    nnz = 0
+    for r in range(nrows):
+        for p in range(yp[r], yp[r + 1]):
+            base = np.int64(yi[p]) * row_nnz
+            vw = yx[p] * value
+            for q in range(base, base + row_nnz):
+                acc[wi[q]] += vw
         if nnz + n_out > cap:  # grow the output, doubling, so appends stay amortised O(1)
             cap = max(2 * cap, nnz + n_out)
             oi2 = np.empty(cap, np.int32)
@@ -303,6 +355,54 @@ def _same_fours(wp, wi, order):  # pragma: no cover - compiled
     return fours
 
 
+class UniformWeights(NamedTuple):
+    """A layer whose every row holds ``row_nnz`` nonzeros, all ``value``: its columns
+    ``indices`` (row after row, any integer dtype, read-only is fine) are all it needs;
+    :func:`sparse_step_uniform` steps on it as it is."""
+
+    indices: np.ndarray
+    row_nnz: int
+    value: np.float32
+
+
+class StoredLayer:
+    """A layer as a store keeps it, decoded to canonical CSR only when a step needs that.
+
+    The deep layers of a streamed run step one or a few rows with the sparse step, which
+    takes a RadiX-Net layer as stored (:attr:`uniform`: uint16 columns, one value): no
+    int32 columns or float32 values are made for them (at N = 65536, 16 MB a layer
+    written and read again). :attr:`csr` decodes on first use (the dense step, the
+    inputs' order, the classes).
+
+    Parameters
+    ----------
+    uniform
+        The layer as stored.
+    decode
+        Returns the canonical CSR (float32 data, int32 indices, sorted).
+    shape
+        ``(N, N)``.
+    """
+
+    __slots__ = ("_csr", "_decode", "shape", "uniform")
+
+    def __init__(self, uniform: UniformWeights, decode: Callable[[], sp.csr_matrix],
+                 shape: tuple[int, int]):
+        self.uniform, self._decode, self.shape, self._csr = uniform, decode, shape, None
+
+    @property
+    def csr(self) -> sp.csr_matrix:
+        """The canonical CSR, decoded once."""
+        if self._csr is None:
+            self._csr = self._decode()
+        return self._csr
+
+
+def canonical(w: sp.csr_matrix | StoredLayer) -> sp.csr_matrix:
+    """``w`` as canonical CSR (a :class:`StoredLayer` decoded)."""
+    return w.csr if isinstance(w, StoredLayer) else w
+
+
 class InputOrder(NamedTuple):
     """How :func:`dense_step_w` walks a layer's inputs (see :func:`input_order`)."""
 
@@ -317,12 +417,12 @@ class LazyInputOrder:
 
     __slots__ = ("_computed", "_w")
 
-    def __init__(self, w: sp.csr_matrix):
+    def __init__(self, w: sp.csr_matrix | StoredLayer):
         self._w, self._computed = w, None
 
     def _get(self) -> InputOrder:
         if self._computed is None:
-            self._computed = input_order(self._w)
+            self._computed = input_order(canonical(self._w))
         return self._computed
 
     @property

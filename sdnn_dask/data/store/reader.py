@@ -34,6 +34,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ... import config
+from ...core.kernels.steps import UniformWeights
 from ...core.network import Network
 from ..io import ChallengeFormatError
 from .encoding import PARTS, decode
@@ -214,6 +215,43 @@ class NetworkStore:
             self._check_layer(k, arrays)
             with self._lock:
                 self._checked.add(k)
+        return self._canonical(arrays)
+
+    def uniform_layer(self, k: int) -> UniformWeights | None:
+        """Layer ``k`` (1-based) as its files keep it, where every row holds the same
+        number of nonzeros of one value (``"uniform"`` rows, a ``"constant"`` value: a
+        RadiX-Net layer in a version-2 store): its columns' file, mapped, read-only, not
+        widened; ``None`` for a layer of another encoding (read it with :meth:`layer`).
+
+        Checked as :meth:`layer` checks, before it is returned: the files' SHA-256 on
+        this process's first read of them, and the first time the layer is read from
+        this store, its columns (in ``0..N-1``, strictly increasing in each row), in one
+        compiled pass over the file as stored; a layer that fails is decoded and
+        :meth:`layer`'s checks name the fault.
+        """
+        self._check_index(k)
+        k = int(k)
+        encoding = self.encodings[k - 1]
+        if encoding.indptr != "uniform" or encoding.data != "constant":
+            return None
+        if self.check_hashes:
+            for path, file in self._layer_files(k):
+                check_hash_once(path, file)
+        files = self._mapped_files(k)
+        indices = files["indices"]
+        _touch_pages(indices)  # the computing thread then finds every page mapped
+        with self._lock:
+            checked = k in self._checked
+        if not checked:
+            if not _uniform_is_sound(indices, encoding.row_nnz, self.n_neurons):
+                self._check_layer(k, decode(encoding, files, self.n_neurons,
+                                            int(indices.shape[0])))
+            with self._lock:
+                self._checked.add(k)
+        return UniformWeights(indices, int(encoding.row_nnz), np.float32(encoding.value))
+
+    def _canonical(self, arrays: dict[str, np.ndarray]) -> sp.csr_matrix:
+        """A checked layer's decoded arrays as a canonical CSR matrix."""
         n = self.n_neurons
         matrix = sp.csr_matrix((arrays["data"], arrays["indices"], arrays["indptr"]),
                                shape=(n, n), copy=False)
@@ -231,13 +269,20 @@ class NetworkStore:
     def _map(self, k: int) -> dict[str, np.ndarray]:
         """Layer ``k``'s files mapped, decoded into the canonical arrays."""
         entry = self.manifest["layers"][k - 1]
+        return decode(self.encodings[k - 1], self._mapped_files(k), self.n_neurons,
+                      entry["nnz"])
+
+    def _mapped_files(self, k: int) -> dict[str, np.ndarray]:
+        """Layer ``k``'s files mapped (read-only), each checked for its dtype and length."""
+        entry = self.manifest["layers"][k - 1]
         encoding = self.encodings[k - 1]
         arrays = {}
         for part, dtype, length in encoding.files(self.n_neurons, entry["nnz"]):
             path = self.folder / entry["files"][part]["name"]
             what = expected_array(f"layer {k}'s {part}", dtype, length)
             try:
-                array = np.load(path, mmap_mode="r", allow_pickle=False)
+                with _LOAD_LOCK:  # the .npy header is parsed with ast, not thread-safe
+                    array = np.load(path, mmap_mode="r", allow_pickle=False)
             except Exception as error:  # replaced since open_store, or unreadable
                 raise ChallengeFormatError(path, f"cannot be mapped ({type(error).__name__}: "
                                            f"{error}); expected {what}") from None
@@ -245,7 +290,7 @@ class NetworkStore:
                 raise ChallengeFormatError(path, f"holds a {array.dtype} array of shape "
                                            f"{array.shape}; expected {what}")
             arrays[part] = array
-        return decode(encoding, arrays, self.n_neurons, entry["nnz"])
+        return arrays
 
     def _check_layer(self, k: int, arrays: dict[str, np.ndarray]) -> None:
         entry = self.manifest["layers"][k - 1]
@@ -481,6 +526,35 @@ def _layer_is_sound(indptr, indices, data, nnz, n):  # pragma: no cover - compil
             if x == 0.0 or not np.isfinite(x):
                 return False
     return True
+
+
+@numba.njit(nogil=True, cache=True)
+def _uniform_is_sound(indices, row_nnz, n):  # pragma: no cover - compiled
+    """Whether every row of ``row_nnz`` columns (``indices``, as stored) holds columns in
+    ``0..n-1``, strictly increasing."""
+    if row_nnz <= 0:
+        return indices.shape[0] == 0
+    for start in range(0, indices.shape[0], row_nnz):
+        previous = -1
+        for p in range(start, start + row_nnz):
+            j = np.int64(indices[p])
+            if j <= previous or j >= n:
+                return False
+            previous = j
+    return True
+
+
+#: np.load parses a .npy header with ``ast.literal_eval``, which CPython 3.11 does not
+#: make safe across threads ("AST constructor recursion depth mismatch", seen when the
+#: computing thread decoded a layer while a background one mapped the next).
+_LOAD_LOCK = threading.Lock()
+
+
+def _touch_pages(array: np.ndarray) -> None:
+    """Read a byte of every page of a mapped array, so its pages are mapped into this
+    process (in a thread that prepares layers: the page faults are taken there)."""
+    flat = np.asarray(array).reshape(-1).view(np.uint8)
+    int(flat[::_PAGE].sum())
 
 
 def _read_ahead(matrix: sp.csr_matrix) -> None:
