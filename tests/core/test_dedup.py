@@ -11,7 +11,8 @@ import scipy.sparse as sp
 from dedup_cases import assert_bitwise, several_groups
 from dedup_cases import random_inputs as _inputs
 from dedup_cases import random_network as _random_network
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from sdnn_dask.core.csr import take_rows
@@ -263,7 +264,7 @@ def test_survivors_in_several_groups_expand_to_their_own_rows():
         _assert_merged(pd.concat([on.trace for on in ons]))
 
 
-@settings(max_examples=40, deadline=None)
+@hypothesis_settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), rows=st.integers(0, 30), n=st.integers(1, 50),
        taken=st.integers(0, 60))
 def test_take_rows_is_scipys_row_indexing(seed, rows, n, taken):
