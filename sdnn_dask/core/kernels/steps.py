@@ -97,8 +97,12 @@ def sparse_step_uniform(yp, yi, yx, wi, row_nnz, value, bias, ymax, n_out, compa
     """:func:`sparse_step` on a layer of ``row_nnz`` nonzeros in every row, all equal to
     ``value`` (float32), its columns ``wi`` of any integer dtype: a RadiX-Net layer as a
     store keeps it (uint16 columns, a quarter of the int32 columns and float32 values the
-    plain step reads). Each input's product with the one value is formed once; it is the
-    product the plain step forms for every nonzero, so the sums are the same bits.
+    plain step reads). Each input's product with the one value is formed once (the
+    product the plain step forms for every nonzero), and four inputs are scattered at a
+    time, interleaved, so four independent updates are in flight (one deep layer's row at
+    N = 65536: 3.3 ms a layer against 5.6 one input at a time). Where two of the four feed
+    one output, its sum may take their terms in another order than the plain step's: the
+    values agree to float rounding, as :func:`dense_step_w`'s do.
     """
     nrows = yp.shape[0] - 1
     acc = np.zeros(n_out, np.float32)
@@ -110,11 +114,24 @@ def sparse_step_uniform(yp, yi, yx, wi, row_nnz, value, bias, ymax, n_out, compa
     nkept = 0
     nnz = 0
     for r in range(nrows):
-        for p in range(yp[r], yp[r + 1]):
+        p, end = yp[r], yp[r + 1]
+        while p + 3 < end:
+            b0, b1 = np.int64(yi[p]) * row_nnz, np.int64(yi[p + 1]) * row_nnz
+            b2, b3 = np.int64(yi[p + 2]) * row_nnz, np.int64(yi[p + 3]) * row_nnz
+            v0, v1, v2, v3 = yx[p] * value, yx[p + 1] * value, yx[p + 2] * value, \
+                yx[p + 3] * value
+            for t in range(row_nnz):
+                acc[wi[b0 + t]] += v0
+                acc[wi[b1 + t]] += v1
+                acc[wi[b2 + t]] += v2
+                acc[wi[b3 + t]] += v3
+            p += 4
+        while p < end:
             base = np.int64(yi[p]) * row_nnz
             vw = yx[p] * value
             for q in range(base, base + row_nnz):
                 acc[wi[q]] += vw
+            p += 1
         if nnz + n_out > cap:  # grow the output, doubling, so appends stay amortised O(1)
             cap = max(2 * cap, nnz + n_out)
             oi2 = np.empty(cap, np.int32)
