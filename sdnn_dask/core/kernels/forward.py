@@ -58,14 +58,22 @@ class BlockOutput:
     trace: pd.DataFrame = field(repr=False)
 
     def to_csr(self) -> sp.csr_matrix:
-        """The full ``n_rows x N`` output, zero rows included."""
-        values = self.values.tocoo()
-        n = self.values.shape[1]
-        return as_csr32(
-            sp.csr_matrix(
-                (values.data, (self.rows[values.row], values.col)), shape=(self.n_rows, n)
-            )
-        )
+        """The full ``n_rows x N`` output, zero rows included.
+
+        The values' arrays as they are, with row pointers that skip the dead rows (the
+        rows are increasing): no copy of the nonzeros (at N = 65536, 158 million for 2416
+        survivors, which a COO round trip took seconds to sort back).
+        """
+        values = as_csr32(self.values)
+        counts = np.zeros(self.n_rows + 1, np.int64)
+        counts[np.asarray(self.rows, np.int64) + 1] = np.diff(values.indptr)
+        indptr = np.cumsum(counts)
+        if indptr[-1] <= np.iinfo(np.int32).max:
+            indptr = indptr.astype(np.int32)
+        out = sp.csr_matrix((values.data, values.indices, indptr),
+                            shape=(self.n_rows, values.shape[1]), copy=False)
+        out.has_sorted_indices = values.has_sorted_indices
+        return out
 
 
 TRACE_COLUMNS = ["layer", "mode", "rows_in", "rows_out", "nnz_out", "seconds", "distinct_out"]
