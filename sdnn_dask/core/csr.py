@@ -168,3 +168,28 @@ def take_rows(csr: sp.csr_matrix, source: np.ndarray) -> sp.csr_matrix:
                         copy=False)
     out.has_sorted_indices = csr.has_sorted_indices
     return out
+
+
+def stack_rows(parts: list[sp.csr_matrix]) -> sp.csr_matrix:
+    """The rows of ``parts`` (CSR, equal widths) one after another, as one CSR, which is
+    canonical if every part is: stacking keeps each row as it was, so scipy need not
+    sort the result again (at N = 65536 a pass's survivors hold 15 million nonzeros,
+    sorted again in 0.45 s)."""
+    stacked = sp.vstack(parts, format="csr")
+    if all(p.has_canonical_format for p in parts):
+        stacked.has_sorted_indices = True
+        stacked.has_canonical_format = True
+    return stacked
+
+
+def row_slice(csr: sp.csr_matrix, start: int, stop: int) -> sp.csr_matrix:
+    """Rows ``start:stop`` of ``csr`` as a CSR over views of its arrays (no copy of the
+    nonzeros; scipy's slicing copies them: at N = 65536 a pass of 3800 input rows holds
+    26 million). The slice must not be changed in place."""
+    ptr = csr.indptr[start : stop + 1]
+    first, last = int(ptr[0]), int(ptr[-1])
+    out = sp.csr_matrix((csr.data[first:last], csr.indices[first:last], ptr - first),
+                        shape=(stop - start, csr.shape[1]), copy=False)
+    if csr.has_sorted_indices:
+        out.has_sorted_indices = True
+    return out

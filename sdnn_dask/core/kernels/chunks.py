@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from ..csr import column_nnz, compact_columns, csr_to_dense_t, dense_t_to_csr
+from ..csr import column_nnz, compact_columns, csr_to_dense_t, dense_t_to_csr, stack_rows
 from .classes import ClassLayer, ClassSpace
 from .steps import (
     ROW_TILE,
@@ -282,7 +282,7 @@ class Chunk:
         live = np.concatenate([c.live for c in chunks])
         order = None if np.all(live[1:] > live[:-1]) else np.argsort(live, kind="stable")
         if all(c._buffers is None for c in chunks):
-            csr = sp.vstack([c.csr for c in chunks], format="csr")
+            csr = stack_rows([c.csr for c in chunks])
             if order is not None:
                 live, csr = live[order], csr[order]
             return [Chunk(live[s : s + chunk_rows], csr=csr[s : s + chunk_rows], space=space)

@@ -105,6 +105,35 @@ def _differs(wp, wi, wx, cls, tp, ti, tx, bias_bits, reps):  # pragma: no cover
     return bad
 
 
+@numba.njit(nogil=True, cache=True)
+def _expand_rows(indptr, indices, data, classes, sizes):  # pragma: no cover - compiled
+    """CSR rows over classes -> CSR rows over neurons, columns ascending, zeros dropped."""
+    rows = indptr.shape[0] - 1
+    out_ptr = np.zeros(rows + 1, np.int64)
+    for r in range(rows):
+        count = 0
+        for p in range(indptr[r], indptr[r + 1]):
+            if data[p] != 0.0:
+                count += sizes[indices[p]]
+        out_ptr[r + 1] = out_ptr[r] + count
+    out_i = np.empty(out_ptr[-1], np.int32)
+    out_x = np.empty(out_ptr[-1], np.float32)
+    vector = np.zeros(sizes.shape[0], np.float32)
+    for r in range(rows):
+        for p in range(indptr[r], indptr[r + 1]):
+            vector[indices[p]] = data[p]
+        at = out_ptr[r]
+        for j in range(classes.shape[0]):
+            v = vector[classes[j]]
+            if v != 0.0:
+                out_i[at] = j
+                out_x[at] = v
+                at += 1
+        for p in range(indptr[r], indptr[r + 1]):
+            vector[indices[p]] = 0.0
+    return out_ptr, out_i, out_x
+
+
 @dataclass(frozen=True, eq=False)
 class ClassSpace:
     """The columns of activations kept one per class of a layer's output neurons.
@@ -145,8 +174,12 @@ class ClassSpace:
     def expand_csr(self, csr: sp.csr_matrix) -> sp.csr_matrix:
         """CSR rows over classes as CSR rows over neurons (each class's value repeated in
         every neuron of the class; canonical)."""
-        out = csr[:, self.classes]
-        out.sort_indices()
+        indptr, indices, data = _expand_rows(csr.indptr, csr.indices, csr.data,
+                                             self.classes, self.sizes)
+        out = sp.csr_matrix((data, indices, indptr),
+                            shape=(csr.shape[0], self.classes.shape[0]), copy=False)
+        out.has_sorted_indices = True
+        out.has_canonical_format = True
         return out
 
 

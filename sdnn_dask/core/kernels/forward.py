@@ -25,7 +25,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from ... import config
-from ..csr import as_csr32, take_rows
+from ..csr import as_csr32, row_slice, stack_rows, take_rows
 from ..network import Network
 from .chunks import BufferPool, Chunk
 from .classes import ClassLayer, column_classes
@@ -259,7 +259,8 @@ def _first_chunks(network: Network, inputs: sp.csr_matrix | sp.sparray,
     live = np.flatnonzero(np.diff(y.indptr)).astype(np.int64)
     y = y[live] if len(live) < n_rows else y
     chunk_rows = schedule.chunk_rows
-    return n_rows, [Chunk(live[s : s + chunk_rows], csr=y[s : s + chunk_rows])
+    return n_rows, [Chunk(live[s : s + chunk_rows],
+                          csr=row_slice(y, s, min(s + chunk_rows, len(live))))
                     for s in schedule.starts(len(live))]
 
 
@@ -305,15 +306,19 @@ def run_early_layers(network: Network, blocks: list[sp.csr_matrix | sp.sparray],
             k += 1
     finally:
         step.close()
-    rows = np.concatenate([c.live for c in chunks]) if chunks else np.empty(0, np.int64)
-    values = (sp.vstack([c.neuron_csr() for c in chunks], format="csr") if chunks
-              else sp.csr_matrix((0, n), dtype=np.float32))
-    cuts = np.searchsorted(rows, offsets)  # chunks hold increasing, disjoint id runs
-    for b, state in enumerate(states):  # each block's survivors, compact, in its own ids
-        mine = slice(cuts[b], cuts[b + 1])
-        live, y = rows[mine] - offsets[b], as_csr32(values[mine])
-        state.chunks = [Chunk(live[s : s + chunk_rows], csr=y[s : s + chunk_rows])
-                        for s in step.schedule.starts(len(live))]
+    # each block's survivors, compact (CSR, over neurons or classes as they are), in its
+    # own ids: chunks hold increasing, disjoint id runs, so a chunk is cut at the blocks'
+    # offsets (finish_blocks repacks the pieces as the blocks join)
+    pieces: list[list[Chunk]] = [[] for _ in states]
+    for chunk in chunks:
+        csr = chunk.to_csr(pool)
+        cuts = np.searchsorted(chunk.live, offsets)
+        for b in np.flatnonzero(np.diff(cuts)):
+            a, z = cuts[b], cuts[b + 1]
+            pieces[b].append(Chunk(chunk.live[a:z] - offsets[b], csr=row_slice(csr, a, z),
+                                   space=chunk.space))
+    for b, state in enumerate(states):
+        state.chunks = pieces[b]
         state.layer, state.stats, state.modes = k, step.stats[b], step.modes[b]
     return states
 
@@ -391,7 +396,7 @@ def finish_blocks(network: Network, states: list[BlockState],
         chunks += states[b].chunks
     if chunks:
         rows = np.concatenate([c.live for c in chunks])
-        values = sp.vstack([c.neuron_csr() for c in chunks], format="csr")
+        values = stack_rows([c.neuron_csr() for c in chunks])
     else:
         rows, values = np.empty(0, np.int64), sp.csr_matrix((0, n), dtype=np.float32)
     if step.groups:  # every row a representative stands for, its values repeated
@@ -412,9 +417,11 @@ def finish_blocks(network: Network, states: list[BlockState],
             "rows_in": stats[:, 0].astype(np.int64), "rows_out": stats[:, 1].astype(np.int64),
             "nnz_out": stats[:, 2].astype(np.int64), "seconds": stats[:, 3],
             "distinct_out": stats[:, 4].astype(np.int64)})
-        # one block's rows are all of them: no copy (at N = 65536, 1.3 GB for 2416 rows)
-        mine_values = values if cuts[b] == 0 and cuts[b + 1] == len(rows) else values[mine]
-        outputs.append(BlockOutput(rows[mine] - offsets[b], mine_values, state.n_rows, trace))
+        # each block's rows, over views of the values (no copy: at N = 65536, 1.3 GB for
+        # 2416 rows); blocks hold disjoint rows, so disjoint parts of the arrays
+        outputs.append(BlockOutput(rows[mine] - offsets[b],
+                                   row_slice(values, int(cuts[b]), int(cuts[b + 1])),
+                                   state.n_rows, trace))
     return outputs
 
 

@@ -20,7 +20,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from ... import config
-from ..csr import as_csr32
+from ..csr import as_csr32, row_slice, stack_rows
 from ..network import Network
 from .forward import (
     TRACE_COLUMNS,
@@ -54,6 +54,7 @@ def stream_blocks(network: Network, blocks: list[sp.csr_matrix | sp.sparray],
     settings = settings or KernelSettings.resolve()
     if pass_rows is None:
         pass_rows = default_pass_rows(network)
+    blocks = [as_csr32(b) for b in blocks]  # sliced into passes without copies
     passes = _passes([int(b.shape[0]) for b in blocks], pass_rows)
     if len(passes) <= 1:
         return finish_blocks(network, [begin_block(network, b, settings) for b in blocks],
@@ -62,7 +63,7 @@ def stream_blocks(network: Network, blocks: list[sp.csr_matrix | sp.sparray],
     stop_rows = max(1, pass_rows // len(passes))
     together, ranges = [], []
     for one_pass in passes:  # each pass streams its early layers again (page cache)
-        cut = [blocks[b][start:stop] for b, start, stop in one_pass]
+        cut = [row_slice(blocks[b], start, stop) for b, start, stop in one_pass]
         states = run_early_layers(network, cut, settings, stop_rows)
         if sum(len(c.live) for s in states for c in s.chunks) <= stop_rows:
             together += states
@@ -117,7 +118,7 @@ def _joined(parts: list[tuple[int, BlockOutput]], n_rows: int, n: int) -> BlockO
     if len(parts) == 1 and parts[0][0] == 0:
         return parts[0][1]
     rows = np.concatenate([start + out.rows for start, out in parts]).astype(np.int64)
-    values = as_csr32(sp.vstack([out.values for _, out in parts], format="csr")) if \
+    values = as_csr32(stack_rows([out.values for _, out in parts])) if \
         rows.size else sp.csr_matrix((0, n), dtype=np.float32)
     traces = pd.concat([out.trace for _, out in parts], ignore_index=True)
     trace = traces.groupby("layer", sort=True).agg(
