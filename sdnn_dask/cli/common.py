@@ -416,6 +416,8 @@ COMPARE_NOTES = {
                "(empty: every row checked)",
     "placement": "data: static (block b on worker b mod P) or dynamic (a queue)",
     "merge_blocks": "data: merged (a worker's blocks share tiles) or alone",
+    "join": "data, streamed weights: on (the workers' survivors on together on one "
+            "worker after the early layers) or off",
     "weights": "resident (every worker holds the weights) or streamed from a store",
     "blocks": "row blocks (data), or parts x row groups (model, hybrid)",
     "parts": "neuron parts k (model, hybrid)",

@@ -20,11 +20,14 @@ from distributed import Queue, get_worker
 from ..core.kernels import (
     BlockOutput,
     BlockState,
+    EarlyPasses,
     KernelSettings,
     finish_blocks,
     forward_block,
     start_block,
     stream_blocks,
+    stream_early,
+    stream_finish,
 )
 from ..core.network import Network, as_csr32
 from ..data.streaming import StreamedNetwork
@@ -38,10 +41,13 @@ def where() -> str:
         return "local"
 
 
-def block_result(out: BlockOutput, block_id: int, compute: float) -> dict[str, Any]:
-    """What a block's task returns: its survivors, their values, its seconds, its trace."""
-    return {"block": block_id, "worker": where(), "n_rows": out.n_rows, "rows": out.rows,
-            "values": out.values, "compute_s": compute, "trace": out.trace}
+def block_result(out: BlockOutput, block_id: int, compute: float,
+                 worker: str | None = None) -> dict[str, Any]:
+    """What a block's task returns: its survivors, their values, its seconds, its trace,
+    and the worker that ran it (default: this one)."""
+    return {"block": block_id, "worker": worker or where(), "n_rows": out.n_rows,
+            "rows": out.rows, "values": out.values, "compute_s": compute,
+            "trace": out.trace}
 
 
 def run_block(network: Network, block: Any, block_id: int,
@@ -125,6 +131,40 @@ def run_blocks(network: Network, block_ids: list[int], kernel: KernelSettings,
     layers, then their survivors merged into full tiles (as :func:`finish_here`)."""
     return finish_here(network, block_ids, kernel,
                        *(start_one(network, block, kernel) for block in blocks))
+
+
+def stream_early_here(network: StreamedNetwork, block_ids: list[int], kernel: KernelSettings,
+                      *blocks: Any) -> tuple[list[int], EarlyPasses, str]:
+    """The early layers of the blocks one worker holds through a streamed network
+    (executed there; :func:`~sdnn_dask.core.kernels.stream_early`): their ids, their
+    survivors, for :func:`stream_join_here` to take on with every worker's together, and
+    this worker."""
+    return block_ids, stream_early(network, [as_block_csr(b) for b in blocks], kernel), \
+        where()
+
+
+def stream_join_here(network: StreamedNetwork, kernel: KernelSettings,
+                     *earlies: tuple[list[int], EarlyPasses, str]) -> list[dict[str, Any]]:
+    """Every worker's survivors through the rest of a streamed network together, on this
+    worker (:func:`~sdnn_dask.core.kernels.stream_finish`): the deep layers, where one or
+    a few distinct rows are left, read and stepped once instead of once a worker. A
+    block's ``compute_s`` is its worker's early seconds split by the blocks' own early
+    layer seconds, plus its share of the joined seconds, split by its own; its worker is
+    the one that ran its early layers."""
+    start = time.perf_counter()
+    outs = stream_finish(network, [early for _, early, _ in earlies], kernel)
+    joined = time.perf_counter() - start
+    everyone = [o for per_worker in outs for o in per_worker]
+    late = np.array([o.trace["seconds"].sum() for o in everyone])
+    results, at, total = [], 0, float(late.sum())
+    for (block_ids, early, worker), per_worker in zip(earlies, outs, strict=True):
+        own = late[at : at + len(per_worker)]
+        share = own / own.sum() if own.sum() > 0 else np.full(len(own), 1 / max(1, len(own)))
+        for out, b, part, mine in zip(per_worker, block_ids, share, own, strict=True):
+            late_part = joined * mine / total if total > 0 else joined / max(1, len(late))
+            results.append(block_result(out, b, early.seconds * part + late_part, worker))
+        at += len(per_worker)
+    return results
 
 
 def stream_here(network: StreamedNetwork, block_ids: list[int], kernel: KernelSettings,

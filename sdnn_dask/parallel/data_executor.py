@@ -58,7 +58,9 @@ from .blocks import (
     run_block,
     run_blocks,
     start_one,
+    stream_early_here,
     stream_here,
+    stream_join_here,
 )
 from .faults import WorkerLostError, connected, gather_pinned, place_retrying
 from .placement import keep_on
@@ -145,6 +147,7 @@ class DataParallelExecutor(Executor):
         nbuckets: int | None = None,
         placement: str = "static",
         merge: bool | None = None,
+        join: bool | None = None,
     ) -> RunResult:
         """Infer ``inputs`` with rows split into blocks.
 
@@ -175,6 +178,12 @@ class DataParallelExecutor(Executor):
             Run a worker's blocks merged (default ``sdnn.data-parallel.merge-blocks``):
             each alone through its early layers, then all their survivors together in
             full tiles. ``False``: every block alone, one task each.
+        join
+            Streamed weights: once the workers' early layers leave their survivors, take
+            them on together on one worker (default ``sdnn.data-parallel.join``), so the
+            deep layers, one or a few distinct rows by then, are read and stepped once
+            instead of once a worker (65536-1920 x 60000 on 2 workers: 34.5 s apart,
+            see docs/benchmarks.md). ``False``: each worker to the end on its own.
         """
         if placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, got "
@@ -227,14 +236,18 @@ class DataParallelExecutor(Executor):
         merge = bool(config.get("data-parallel.merge-blocks") if merge is None else merge)
         merge = merge or self.weights == "streamed"  # a worker's blocks stream together
         before = self._store_use()
+        join = bool(config.get("data-parallel.join", True) if join is None else join)
+        join = join and self.weights == "streamed"
         if placement == "static":
-            results, wall = self._map(futures, blocks, merge=merge)
+            results, wall = self._map(futures, blocks, merge=merge, join=join)
         else:
             results, wall = self._map_dynamic(futures, merge=merge)
         params: dict[str, Any] = {"dedup": self._kernel.dedup,
                                   "classes": self._kernel.classes, "placement": placement,
                                   "merge_blocks": "merged" if merge else "alone",
                                   "weights": self.weights}
+        if self.weights == "streamed":
+            params["join"] = join
         if partition == "random":
             params["seed"] = seed
         if partition == "hash":
@@ -300,7 +313,7 @@ class DataParallelExecutor(Executor):
         keep_on(self.client, self._weights, self.workers)
 
     def _map(self, block_futures: list[Future], blocks: list[Any] | None = None,
-             merge: bool = False) -> tuple[list[dict[str, Any]], float]:
+             merge: bool = False, join: bool = False) -> tuple[list[dict[str, Any]], float]:
         """Run every block and gather the results, timed.
 
         ``blocks`` are the data scattered as ``block_futures``, block ``b`` on worker
@@ -321,12 +334,20 @@ class DataParallelExecutor(Executor):
             used = min(len(pool), n)
             groups = [list(range(w, n, used)) for w in range(used)]
             pinned = pool[:used]
-        tasks = [self._submit_group(g, block_futures, w) for g, w in zip(groups, pinned,
-                                                                          strict=True)]
+        join = join and self.weights == "streamed" and len(groups) > 1
+        tasks = [self._submit_group(g, block_futures, w, early=join)
+                 for g, w in zip(groups, pinned, strict=True)]
         retries = 0
         while True:
             try:
-                results = self.client.gather(tasks)
+                if join:  # every worker's survivors on to the end on the first's
+                    joined = self.client.submit(
+                        stream_join_here, self._weights, self._kernel, *tasks,
+                        workers=[pinned[0]] if pinned[0] else self.workers,
+                        allow_other_workers=True, pure=False)
+                    results = [self.client.gather(joined)]
+                else:
+                    results = self.client.gather(tasks)
                 flat = [r for res in results for r in (res if isinstance(res, list) else [res])]
                 return sorted(flat, key=lambda r: r["block"]), time.perf_counter() - start
             except CancelledError as error:
@@ -349,11 +370,15 @@ class DataParallelExecutor(Executor):
                     block_futures[b] = block
                 for i in redo:
                     self.client.cancel(tasks[i])
-                    tasks[i] = self._submit_group(groups[i], block_futures, None)
+                    tasks[i] = self._submit_group(groups[i], block_futures, None, early=join)
 
     def _submit_group(self, group: list[int], block_futures: list[Future],
-                      worker: str | None) -> Future:
+                      worker: str | None, early: bool = False) -> Future:
         where = self.workers if worker is None else [worker]
+        if early:  # the early layers alone (stream_join_here takes them on)
+            return self.client.submit(stream_early_here, self._weights, group, self._kernel,
+                                      *(block_futures[b] for b in group), workers=where,
+                                      allow_other_workers=False, pure=False)
         if self.weights == "streamed":
             return self.client.submit(stream_here, self._weights, group, self._kernel,
                                       *(block_futures[b] for b in group), workers=where,

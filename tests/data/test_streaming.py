@@ -300,12 +300,17 @@ def test_data_parallel_streams_a_store(client, held, net, inputs):
     streamed = DataParallelExecutor(client, held, weights="streamed", warm_up=False)
     assert streamed.weights == "streamed"
     assert isinstance(streamed.network, StreamedNetwork)
-    for n_blocks in (2, 5):
-        result = streamed.run(inputs, n_blocks=n_blocks)
+    for n_blocks, join in ((2, None), (5, None), (2, False), (5, False)):
+        # joined (the default): the survivors of both workers on together on one
+        result = streamed.run(inputs, n_blocks=n_blocks, join=join)
         assert_same_result(result, expected)
         assert result.params["weights"] == "streamed"
+        assert result.params["join"] is (join is None)
         assert sorted(result.blocks["block"]) == list(range(n_blocks))
         assert result.blocks["worker"].nunique() == 2  # both workers streamed
+        assert (result.blocks["compute_s"] > 0).all()
+        traces = result.layers.groupby("block")["rows_in"].first()
+        assert traces.sum() == inputs.shape[0] - (inputs.getnnz(axis=1) == 0).sum()
     with pytest.raises(ValueError, match="only static placement with merged blocks"):
         streamed.run(inputs, placement="dynamic")
     with pytest.raises(ValueError, match="only static placement with merged blocks"):

@@ -22,7 +22,7 @@ from .forward import (
     start_block,
     warm_up_kernels,
 )
-from .passes import stream_blocks
+from .passes import EarlyPasses, stream_blocks, stream_early, stream_finish
 from .steps import (
     ROW_TILE,
     SETUP_ROWS,
@@ -43,6 +43,7 @@ __all__ = [
     "TRACE_COLUMNS",
     "BlockOutput",
     "BlockState",
+    "EarlyPasses",
     "InputOrder",
     "KernelSettings",
     "StoredLayer",
@@ -59,5 +60,7 @@ __all__ = [
     "sparse_step_uniform",
     "start_block",
     "stream_blocks",
+    "stream_early",
+    "stream_finish",
     "warm_up_kernels",
 ]

@@ -14,6 +14,8 @@ as every pass did before.
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -26,6 +28,7 @@ from ..network import Network
 from .forward import (
     TRACE_COLUMNS,
     BlockOutput,
+    BlockState,
     KernelSettings,
     begin_block,
     finish_blocks,
@@ -52,18 +55,69 @@ def stream_blocks(network: Network, blocks: list[sp.csr_matrix | sp.sparray],
     the passes' survivors go on together, as long as they hold at most ``pass_rows`` rows
     together (a pass whose rows stopped falling earlier joins too); a pass that would
     take them past it runs to the end alone. The outputs are the same as in one pass.
+    :func:`stream_early` and :func:`stream_finish` are its two halves, for survivors of
+    several processes to go on together.
     """
     settings = settings or KernelSettings.resolve()
     if pass_rows is None:
         pass_rows = default_pass_rows(network)
-    blocks = [as_csr32(b) for b in blocks]  # sliced into passes without copies
     passes = _passes([int(b.shape[0]) for b in blocks], pass_rows)
     if len(passes) <= 1:
         return finish_blocks(network, [begin_block(network, b, settings) for b in blocks],
                              settings)
-    pieces: list[list[tuple[int, BlockOutput]]] = [[] for _ in blocks]
-    stop_rows = max(1, pass_rows // len(passes))
-    together, ranges, held = [], [], 0
+    early = stream_early(network, blocks, settings, pass_rows=pass_rows)
+    return stream_finish(network, [early], settings)[0]
+
+
+@dataclass
+class EarlyPasses:
+    """Blocks part way through a streamed network (:func:`stream_early`).
+
+    Attributes
+    ----------
+    sizes
+        Rows of each block.
+    together
+        The passes' survivors to go on together (:func:`stream_finish`), one state per
+        block's range of rows in a pass.
+    ranges
+        ``(block, start, stop)``: the rows of each of ``together``.
+    alone
+        ``(block, start, output)`` of the passes that ran to the end alone.
+    seconds
+        Seconds :func:`stream_early` took.
+    """
+
+    sizes: list[int]
+    together: list[BlockState]
+    ranges: list[tuple[int, int, int]]
+    alone: list[tuple[int, int, BlockOutput]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def rows(self) -> int:
+        """Live rows of :attr:`together`."""
+        return sum(len(c.live) for s in self.together for c in s.chunks)
+
+
+def stream_early(network: Network, blocks: list[sp.csr_matrix | sp.sparray],
+                 settings: KernelSettings | None = None, *,
+                 pass_rows: int | None = None) -> EarlyPasses:
+    """The first half of :func:`stream_blocks`: each pass of rows through its early
+    layers, the survivors kept for :func:`stream_finish` (a pass that would take them past
+    ``pass_rows`` rows runs to the end here, alone). With one pass, its rows run until at
+    most half of them are left."""
+    start_time = time.perf_counter()
+    settings = settings or KernelSettings.resolve()
+    if pass_rows is None:
+        pass_rows = default_pass_rows(network)
+    blocks = [as_csr32(b) for b in blocks]  # sliced into passes without copies
+    sizes = [int(b.shape[0]) for b in blocks]
+    passes = _passes(sizes, pass_rows)
+    limit = pass_rows if pass_rows is not None else sum(sizes)
+    stop_rows = max(1, limit // max(2, len(passes)))
+    early = EarlyPasses(sizes, [], [])
+    held = 0
     for one_pass in passes:  # each pass streams its early layers again (page cache)
         cut = [row_slice(blocks[b], start, stop) for b, start, stop in one_pass]
         states = run_early_layers(network, cut, settings, stop_rows)
@@ -71,21 +125,38 @@ def stream_blocks(network: Network, blocks: list[sp.csr_matrix | sp.sparray],
         # joined while the survivors held together stay within one pass's rows (a pass
         # whose rows stopped falling above stop_rows joins too: run alone, it would read
         # every deep layer again; at 65536-1920 x 60000 one in 16 did, doubling them)
-        if held + left <= pass_rows:
-            together += states
-            ranges += one_pass
+        if held + left <= limit:
+            early.together += states
+            early.ranges += one_pass
             held += left
             continue
         outs = finish_blocks(network, states, settings)  # many rows left: alone
-        for (b, start, _), out in zip(one_pass, outs, strict=True):
+        early.alone += [(b, start, out) for (b, start, _), out in
+                        zip(one_pass, outs, strict=True)]
+    early.seconds = time.perf_counter() - start_time
+    return early
+
+
+def stream_finish(network: Network, earlies: list[EarlyPasses],
+                  settings: KernelSettings | None = None) -> list[list[BlockOutput]]:
+    """The second half of :func:`stream_blocks`: the survivors of every
+    :class:`EarlyPasses` (of one process or several) through the rest of the layers
+    together, reading each deep layer once; each one's blocks' outputs, in its order."""
+    settings = settings or KernelSettings.resolve()
+    together = [s for e in earlies for s in e.together]
+    outs = iter(finish_blocks(network, together, settings) if together else [])
+    results = []
+    for early in earlies:
+        pieces: list[list[tuple[int, BlockOutput]]] = [[] for _ in early.sizes]
+        for (b, start, _), out in zip(early.ranges, outs, strict=False):
             pieces[b].append((start, out))
-    outs = finish_blocks(network, together, settings) if together else []
-    for (b, start, _), out in zip(ranges, outs, strict=True):  # the deep layers once
-        pieces[b].append((start, out))
-    for parts in pieces:
-        parts.sort(key=lambda part: part[0])
-    return [_joined(parts, int(block.shape[0]), network.n_neurons)
-            for parts, block in zip(pieces, blocks, strict=True)]
+        for b, start, out in early.alone:
+            pieces[b].append((start, out))
+        for parts in pieces:
+            parts.sort(key=lambda part: part[0])
+        results.append([_joined(parts, size, network.n_neurons)
+                        for parts, size in zip(pieces, early.sizes, strict=True)])
+    return results
 
 
 def default_pass_rows(network: Any) -> int | None:
