@@ -46,8 +46,8 @@ def block_result(out: BlockOutput, block_id: int, compute: float,
     """What a block's task returns: its survivors, their values, its seconds, its trace,
     and the worker that ran it (default: this one)."""
     return {"block": block_id, "worker": worker or where(), "n_rows": out.n_rows,
-            "rows": out.rows, "values": out.values, "compute_s": compute,
-            "trace": out.trace}
+            "rows": out.rows, "values": out.values, "source": out.source,
+            "compute_s": compute, "trace": out.trace}
 
 
 def run_block(network: Network, block: Any, block_id: int,
@@ -152,7 +152,9 @@ def stream_join_here(network: StreamedNetwork, kernel: KernelSettings,
     layer seconds, plus its share of the joined seconds, split by its own; its worker is
     the one that ran its early layers."""
     start = time.perf_counter()
-    outs = stream_finish(network, [early for _, early, _ in earlies], kernel)
+    # identical rows' values sent once: the client expands them (at 65536-1920 x 60000,
+    # 2416 copies of one 65536-nonzero row: 1.3 GB to send otherwise)
+    outs = stream_finish(network, [early for _, early, _ in earlies], kernel, expand=False)
     joined = time.perf_counter() - start
     everyone = [o for per_worker in outs for o in per_worker]
     late = np.array([o.trace["seconds"].sum() for o in everyone])

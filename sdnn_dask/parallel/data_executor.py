@@ -41,6 +41,7 @@ import scipy.sparse as sp
 from distributed import Client, Future, Queue, as_completed, wait
 
 from .. import config
+from ..core.csr import take_rows
 from ..core.kernels import (
     warm_up_kernels,
 )
@@ -349,6 +350,9 @@ class DataParallelExecutor(Executor):
                 else:
                     results = self.client.gather(tasks)
                 flat = [r for res in results for r in (res if isinstance(res, list) else [res])]
+                for r in flat:  # identical rows' values, sent once: one per row again
+                    if r.get("source") is not None:
+                        r["values"] = take_rows(as_csr32(r["values"]), r.pop("source"))
                 return sorted(flat, key=lambda r: r["block"]), time.perf_counter() - start
             except CancelledError as error:
                 # Scattered data that died with its worker is forgotten by the scheduler,

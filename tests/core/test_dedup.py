@@ -277,3 +277,34 @@ def test_take_rows_is_scipys_row_indexing(seed, rows, n, taken):
     np.testing.assert_array_equal(mine.indptr, scipys.indptr)
     np.testing.assert_array_equal(mine.indices, scipys.indices)
     np.testing.assert_array_equal(mine.data, scipys.data)
+
+
+def test_outputs_kept_once_per_distinct_row_expand_to_the_same_bits():
+    """finish_blocks(expand=False) and stream_finish(expand=False), as data parallelism's
+    joined survivors come back: the distinct rows once, and where each row's are."""
+    from sdnn_dask.core.kernels import begin_block, finish_blocks, stream_early, stream_finish
+    from sdnn_dask.data.radixnet import make_inputs, make_network
+
+    net, x = make_network(1024, 40, seed=1), make_inputs(1500, 1024, seed=3)
+    settings = KernelSettings.resolve(dedup=True)
+
+    def begun():
+        return [begin_block(net, x[:700], settings), begin_block(net, x[700:], settings)]
+
+    plain = finish_blocks(net, begun(), settings)
+    kept = finish_blocks(net, begun(), settings, expand=False)
+    assert all(o.source is not None for o in kept)
+    assert kept[0].values.shape[0] < len(kept[0].rows)  # fewer rows of values than rows
+    for a, b in zip(plain, kept, strict=True):
+        assert_bitwise(a.to_csr(), b.to_csr())
+        assert_bitwise(a.values, b.expanded().values)
+    # two processes' early passes, finished together, then expanded: as streamed alone
+    earlies = [stream_early(net, [x[:500], x[500:800]], settings, pass_rows=300),
+               stream_early(net, [x[800:]], settings, pass_rows=300)]
+    joined = stream_finish(net, earlies, settings, expand=False)
+    alone = [stream_blocks(net, [x[:500], x[500:800]], settings, pass_rows=300),
+             stream_blocks(net, [x[800:]], settings, pass_rows=300)]
+    for mine, theirs in zip(joined, alone, strict=True):
+        for a, b in zip(mine, theirs, strict=True):
+            assert np.array_equal(a.rows, b.rows)
+            np.testing.assert_allclose(a.to_csr().toarray(), b.to_csr().toarray(), rtol=1e-5)

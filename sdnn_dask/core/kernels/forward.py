@@ -50,12 +50,24 @@ class BlockOutput:
         One row per layer: ``layer, mode, rows_in, rows_out, nnz_out, seconds,
         distinct_out`` (``rows_out`` counts every live row; ``distinct_out`` the rows
         computed, once identical rows are computed once: :mod:`.dedup`).
+    source
+        ``None``, or (``finish_blocks(..., expand=False)``) identical rows kept once:
+        ``values`` then holds the distinct rows and row ``rows[i]``'s activations are
+        ``values[source[i]]`` (:meth:`expanded` makes them one per row).
     """
 
     rows: np.ndarray
     values: sp.csr_matrix
     n_rows: int
     trace: pd.DataFrame = field(repr=False)
+    source: np.ndarray | None = field(default=None, repr=False)
+
+    def expanded(self) -> BlockOutput:
+        """This output with one row of values per surviving row (itself if it has)."""
+        if self.source is None:
+            return self
+        return BlockOutput(self.rows, take_rows(as_csr32(self.values), self.source),
+                           self.n_rows, self.trace)
 
     def to_csr(self) -> sp.csr_matrix:
         """The full ``n_rows x N`` output, zero rows included.
@@ -64,7 +76,7 @@ class BlockOutput:
         rows are increasing): no copy of the nonzeros (at N = 65536, 158 million for 2416
         survivors, which a COO round trip took seconds to sort back).
         """
-        values = as_csr32(self.values)
+        values = as_csr32(self.expanded().values)
         counts = np.zeros(self.n_rows + 1, np.int64)
         counts[np.asarray(self.rows, np.int64) + 1] = np.diff(values.indptr)
         indptr = np.cumsum(counts)
@@ -346,14 +358,16 @@ def start_block(network: Network, inputs: sp.csr_matrix | sp.sparray,
 
 
 def finish_blocks(network: Network, states: list[BlockState],
-                  settings: KernelSettings | None = None) -> list[BlockOutput]:
+                  settings: KernelSettings | None = None, *, expand: bool = True
+                  ) -> list[BlockOutput]:
     """Run blocks started by :func:`start_block` through their remaining layers (phase 2).
 
     Layer by layer over full chunks, repacking when they are half empty. The blocks'
     survivors share the chunks: a block joins at the layer its own phase 1 stopped at,
     so with many small blocks the late layers still run on full tiles. Each block's
     trace is its own: rows and nonzeros counted per block, and a shared chunk's seconds
-    split among its blocks by their rows in it.
+    split among its blocks by their rows in it. With ``expand=False``, rows merged as
+    identical keep one copy of their values (:attr:`BlockOutput.source`).
     """
     settings = settings or KernelSettings.resolve()
     chunk_rows = _settings_rows(network, settings)
@@ -399,9 +413,11 @@ def finish_blocks(network: Network, states: list[BlockState],
         values = stack_rows([c.neuron_csr() for c in chunks])
     else:
         rows, values = np.empty(0, np.int64), sp.csr_matrix((0, n), dtype=np.float32)
+    source = None
     if step.groups:  # every row a representative stands for, its values repeated
         rows, source = step.groups.expand(rows)
-        values = take_rows(as_csr32(values), source)
+        if expand:
+            values, source = take_rows(as_csr32(values), source), None
     elif len(states) > 1:  # back into block order (chunks joined by layer, not by block)
         order = np.argsort(rows, kind="stable")
         rows, values = rows[order], values[order]
@@ -419,6 +435,10 @@ def finish_blocks(network: Network, states: list[BlockState],
             "distinct_out": stats[:, 4].astype(np.int64)})
         # each block's rows, over views of the values (no copy: at N = 65536, 1.3 GB for
         # 2416 rows); blocks hold disjoint rows, so disjoint parts of the arrays
+        if source is not None:  # the distinct rows, shared: each block's point into them
+            outputs.append(BlockOutput(rows[mine] - offsets[b], values, state.n_rows, trace,
+                                       source[mine]))
+            continue
         outputs.append(BlockOutput(rows[mine] - offsets[b],
                                    row_slice(values, int(cuts[b]), int(cuts[b + 1])),
                                    state.n_rows, trace))

@@ -138,13 +138,17 @@ def stream_early(network: Network, blocks: list[sp.csr_matrix | sp.sparray],
 
 
 def stream_finish(network: Network, earlies: list[EarlyPasses],
-                  settings: KernelSettings | None = None) -> list[list[BlockOutput]]:
+                  settings: KernelSettings | None = None, *, expand: bool = True
+                  ) -> list[list[BlockOutput]]:
     """The second half of :func:`stream_blocks`: the survivors of every
     :class:`EarlyPasses` (of one process or several) through the rest of the layers
-    together, reading each deep layer once; each one's blocks' outputs, in its order."""
+    together, reading each deep layer once; each one's blocks' outputs, in its order
+    (with ``expand=False``, identical rows' values kept once:
+    :attr:`~.forward.BlockOutput.source`)."""
     settings = settings or KernelSettings.resolve()
     together = [s for e in earlies for s in e.together]
-    outs = iter(finish_blocks(network, together, settings) if together else [])
+    outs = iter(finish_blocks(network, together, settings, expand=expand)
+                if together else [])
     results = []
     for early in earlies:
         pieces: list[list[tuple[int, BlockOutput]]] = [[] for _ in early.sizes]
@@ -196,13 +200,32 @@ def _joined(parts: list[tuple[int, BlockOutput]], n_rows: int, n: int) -> BlockO
     if len(parts) == 1 and parts[0][0] == 0:
         return parts[0][1]
     rows = np.concatenate([start + out.rows for start, out in parts]).astype(np.int64)
-    values = as_csr32(stack_rows([out.values for _, out in parts])) if \
-        rows.size else sp.csr_matrix((0, n), dtype=np.float32)
+    source = None
+    if any(out.source is not None for _, out in parts):  # distinct rows kept once
+        kept, source, at, seen = [], [], 0, {}
+        for _, out in parts:
+            if out.source is None:
+                kept.append(out.values)
+                source.append(at + np.arange(len(out.rows)))
+                at += out.values.shape[0]
+            elif id(out.values) in seen:  # parts of one finish share its distinct rows
+                source.append(seen[id(out.values)] + out.source)
+            else:
+                seen[id(out.values)] = at
+                kept.append(out.values)
+                source.append(at + out.source)
+                at += out.values.shape[0]
+        values = as_csr32(stack_rows(kept))
+        source = np.concatenate(source).astype(np.int64)
+    elif rows.size:
+        values = as_csr32(stack_rows([out.values for _, out in parts]))
+    else:
+        values = sp.csr_matrix((0, n), dtype=np.float32)
     traces = pd.concat([out.trace for _, out in parts], ignore_index=True)
     trace = traces.groupby("layer", sort=True).agg(
         mode=("mode", "first"), rows_in=("rows_in", "sum"), rows_out=("rows_out", "sum"),
         nnz_out=("nnz_out", "sum"), seconds=("seconds", "sum"),
         distinct_out=("distinct_out", "sum")).reset_index()
-    return BlockOutput(rows, values, n_rows, trace[TRACE_COLUMNS])
+    return BlockOutput(rows, values, n_rows, trace[TRACE_COLUMNS], source)
 
 
