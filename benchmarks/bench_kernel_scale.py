@@ -7,7 +7,8 @@ are streamed), on 60000 generated inputs by default:
   off (the kernel before them: one value per neuron), in the same process, so the ratio
   is measured, not recalled;
 * data parallelism on a fresh 2-worker LocalCluster (hash rows; the store's weights
-  streamed by each worker), classes on;
+  streamed by each worker), classes on, the workers' survivors joined on one worker after
+  the early layers (``--join on off``: also each worker to the end on its own);
 * with ``--model``, model parallelism k = 2 (hash partition; the part steps keep one value
   per neuron, so this is the yardstick of what classes do not reach yet).
 
@@ -21,7 +22,7 @@ The stores come from ``sdnn-dask generate -N 65536 -L 1920 --store-only data/sto
 
     python benchmarks/bench_kernel_scale.py --problems 1024-120x60000 \\
         16384-1920x60000:data/stores/neuron16384-l1920.store \\
-        65536-1920x60000:data/stores/neuron65536-l1920.store
+        65536-1920x60000:data/stores/neuron65536-l1920.store --join on off
     python benchmarks/bench_kernel_scale.py --problems \\
         16384-120x20000:data/stores/neuron16384-l1920.store --model --classes on off
 
@@ -68,7 +69,7 @@ def line(label: str, seconds: float, edges: int, extra: str = "") -> str:
 
 
 def run_problem(n: int, layers: int, rows: int, store: Path | None, classes: list[str],
-                model: bool, workers: int) -> int:
+                join: list[str], model: bool, workers: int) -> int:
     network = StreamedNetwork(store, layers) if store else make_network(n, layers)
     if network.n_neurons != n:
         raise SystemExit(f"{store}: the store holds N = {network.n_neurons}, not {n}")
@@ -93,13 +94,14 @@ def run_problem(n: int, layers: int, rows: int, store: Path | None, classes: lis
         print(f"  classes on: {seconds['off'] / seconds['on']:.2f}x the kernel without them",
               flush=True)
     weights = "streamed" if store else "resident"
-    configs = [("data", "hash")] + ([("model", "hash")] if model else [])
-    for strategy, partition in configs:
+    configs = [("data", "hash", j) for j in (join if store else ["on"])]
+    configs += [("model", "hash", "")] if model else []
+    for strategy, partition, joined in configs:
         with LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=None) \
                 as cluster, Client(cluster) as client:
             if strategy == "data":
                 result = DataParallelExecutor(client, network, weights=weights).run(
-                    inputs, partition=partition)
+                    inputs, partition=partition, join=joined == "on")
             else:
                 executor = ModelParallelExecutor(client, network, weights=weights)
                 start = time.perf_counter()
@@ -108,8 +110,9 @@ def run_problem(n: int, layers: int, rows: int, store: Path | None, classes: lis
                 print(f"  (model parts cut and opened in {time.perf_counter() - start:.0f} s)",
                       flush=True)
                 result = executor.run(inputs, partition=partition, k=2)
-        label = f"{strategy} ({partition}, {workers} workers, classes " \
-            f"{(result.params.get('classes') and 'on') or 'off'})"
+        said = "on" if result.params.get("classes") else "off"
+        label = f"{strategy} ({partition}, {workers} workers, classes {said}" + \
+            (f", join {joined})" if joined and store else ")")
         failed += check(result, first.output, label)
         print(line(label, result.wall_seconds, edges,
                    f"{seconds[classes[0]] / result.wall_seconds:.2f}x the serial kernel "
@@ -133,13 +136,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="N-LxROWS[:STORE] (default 1024-120x60000)")
     parser.add_argument("--classes", nargs="+", choices=["on", "off"], default=["on"],
                         help="serial runs with neuron classes on and/or off (default on)")
+    parser.add_argument("--join", nargs="+", choices=["on", "off"], default=["on"],
+                        help="data parallelism on a store with the workers' survivors "
+                             "joined after the early layers and/or not (default on)")
     parser.add_argument("--model", action="store_true", help="also model parallelism k = 2")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args(argv)
     tune_allocator()
     warm_up_kernels()
     print(f"{os.uname().nodename}: {os.cpu_count()} cores; load {os.getloadavg()[0]:.2f}")
-    failed = sum(run_problem(*problem, args.classes, args.model, args.workers)
+    failed = sum(run_problem(*problem, args.classes, args.join, args.model, args.workers)
                  for problem in args.problems)
     said = "all checks passed" if not failed else f"{failed} checks FAILED"
     print(f"\nload at the end {os.getloadavg()[0]:.2f}; {said}")
