@@ -23,13 +23,14 @@ largest value; float32 against FP64), and the kernel with classes bit for bit th
 without. Run::
 
     pip install -e ".[bench]"
-    python benchmarks/bench_graphblas.py                       # about 3 min here
+    python benchmarks/bench_graphblas.py                       # 1.5-3 min here, 10 GB
     python benchmarks/bench_graphblas.py --problems 1024-120x6000 --repeat 5
 
 Prints the machine (CPU model, cores, load) and the versions, then per problem each
 path's median and min seconds, edges/s of the median (the challenge's ``rows x edges /
 s``, dead rows included), the first runs, the checks, and the ratios GraphBLAS / kernel
-with and without classes. Exits 1 if a check fails, 2 on bad arguments or without
+with and without classes, and this process's peak memory (about 10 GB with the default
+problems, from N = 65536). Exits 1 if a check fails, 2 on bad arguments or without
 python-graphblas (the ``bench`` extra).
 """
 
@@ -39,6 +40,7 @@ import argparse
 import os
 import platform
 import re
+import resource
 import statistics
 import sys
 import time
@@ -116,6 +118,11 @@ def versions() -> str:
             f"{suitesparse}, nthreads {gb.ss.config['nthreads']}), numba {numba.__version__}, "
             f"numpy {np.__version__}, scipy {scipy.__version__}, "
             f"Python {platform.python_version()}")
+
+
+def peak_gb() -> float:
+    """This process's peak resident memory so far, GB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
 
 
 def kernel_run(net: Network, x: sp.csr_matrix, classes: bool
@@ -242,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     for problem in args.problems:
         _, agreed = bench(problem, args.repeat)
         ok &= agreed
-    print(f"\nload average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"\nload average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
+          f"peak memory of this process {peak_gb():.1f} GB (RSS)")
     if not ok:
         print("a check FAILED (see above)", file=sys.stderr)
         return 1
