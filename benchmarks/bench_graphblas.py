@@ -29,7 +29,8 @@ without. Run::
 Prints the machine (CPU model, cores, load) and the versions, then per problem each
 path's median and min seconds, edges/s of the median (the challenge's ``rows x edges /
 s``, dead rows included), the first runs, the checks, and the ratios GraphBLAS / kernel
-with and without classes, and this process's peak memory (about 10 GB with the default
+with and without classes (of the medians, of the mins, and each round's, whose paths ran
+back to back), and this process's peak memory (about 10 GB with the default
 problems, from N = 65536). Exits 1 if a check fails, 2 on bad arguments or without
 python-graphblas (the ``bench`` extra).
 """
@@ -214,8 +215,12 @@ def bench(problem: Problem, repeat: int) -> tuple[dict[str, list[float]], bool]:
         print(f"  FAIL {failure}")
     gb_med = statistics.median(times[PATHS[0]])
     for path in PATHS[1:]:
+        # a round's paths ran back to back, so its ratio is the least exposed to drift
+        per_round = [g / k for g, k in zip(times[PATHS[0]], times[path], strict=True)]
         print(f"GraphBLAS / {path}: median {gb_med / statistics.median(times[path]):6.1f}x, "
-              f"min {min(times[PATHS[0]]) / min(times[path]):6.1f}x")
+              f"min {min(times[PATHS[0]]) / min(times[path]):6.1f}x; per round "
+              f"{', '.join(f'{r:.1f}' for r in per_round)} "
+              f"(median {statistics.median(per_round):.1f}x)")
     if str(problem) == "65536-24x1000":
         print("issue 44's target here: GraphBLAS / kernel, classes on >= 40x (13-14x before)")
     return times, not failures
