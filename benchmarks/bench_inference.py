@@ -30,12 +30,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import scipy.sparse as sp
+from graphblas_anchor import graphblas_infer
 
 from sdnn_dask.cluster import local_client
 from sdnn_dask.core.kernels import forward_block, warm_up_kernels
-from sdnn_dask.core.network import Network
 from sdnn_dask.core.reference import infer_reference
 from sdnn_dask.core.result import compare_outputs
 from sdnn_dask.data import io
@@ -47,35 +46,6 @@ REPO = Path(__file__).resolve().parents[1]
 def default_data() -> Path:
     env = os.environ.get("SDNN_GRAPHCHALLENGE_DATA")
     return Path(env) if env else REPO.parent / "shared" / "data" / "graphchallenge"
-
-
-def graphblas_infer(network: Network, inputs: sp.csr_matrix) -> tuple[sp.csr_matrix, float]:
-    """The challenge recurrence in SuiteSparse:GraphBLAS, one thread; returns (Y, seconds)."""
-    try:
-        import graphblas as gb
-    except ImportError:
-        raise SystemExit("GraphBLAS anchor needs python-graphblas: "
-                         "pip install 'sdnn_dask[bench]'") from None
-    from graphblas import binary, select, semiring
-
-    gb.ss.config["nthreads"] = 1
-    bias = float(network.bias[0])
-    if not np.all(network.bias == network.bias[0]):
-        raise SystemExit("the GraphBLAS anchor here handles a uniform bias only")
-    ymax = float(network.ymax)
-    # FP64: the PyPI SuiteSparse build has no compiled FP32 plus_times kernel (and no JIT
-    # compiler), so FP32 runs a generic kernel ~5x slower; FP64 is its fastest path.
-    layers = [gb.io.from_scipy_sparse(w.astype(np.float64)) for w in network.layers]
-    y = gb.io.from_scipy_sparse(inputs.astype(np.float64))
-    start = time.perf_counter()
-    for w in layers:
-        z = y.mxm(w, semiring.plus_times).new()
-        y.clear()  # python-graphblas keeps the old matrix alive otherwise (GBs over 120 layers)
-        z = z.apply(binary.plus, right=bias).new()  # on stored entries only
-        z = select.valuegt(z, 0).new()  # ReLU and drop zeros
-        y = z.apply(binary.min, right=ymax).new()
-    seconds = time.perf_counter() - start
-    return gb.io.to_scipy_sparse(y, format="csr"), seconds
 
 
 def median_of(repeat: int, run: Callable[[], tuple[sp.csr_matrix, float]]
