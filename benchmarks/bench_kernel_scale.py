@@ -9,8 +9,9 @@ are streamed), on 60000 generated inputs by default:
 * data parallelism on a fresh 2-worker LocalCluster (hash rows; the store's weights
   streamed by each worker), classes on, the workers' survivors joined on one worker after
   the early layers (``--join on off``: also each worker to the end on its own);
-* with ``--model``, model parallelism k = 2 (hash partition; the part steps keep one value
-  per neuron, so this is the yardstick of what classes do not reach yet).
+* with ``--model``, model parallelism k = 2 (hash partition), with classes on and/or off
+  as ``--classes`` says (its part steps compute each class they own once and copy it:
+  ``LayerPlan.copy_of``).
 
 Every result is checked against the first serial run: the same survivors, the values to
 float tolerance (``assert_same_result``). Printed per run: seconds (wall), edges/s (the
@@ -94,11 +95,12 @@ def run_problem(n: int, layers: int, rows: int, store: Path | None, classes: lis
         print(f"  classes on: {seconds['off'] / seconds['on']:.2f}x the kernel without them",
               flush=True)
     weights = "streamed" if store else "resident"
-    configs = [("data", "hash", j) for j in (join if store else ["on"])]
-    configs += [("model", "hash", "")] if model else []
-    for strategy, partition, joined in configs:
+    configs = [("data", "hash", j, "on") for j in (join if store else ["on"])]
+    configs += [("model", "hash", "", mode) for mode in classes] if model else []
+    for strategy, partition, joined, mode in configs:
         with LocalCluster(n_workers=workers, threads_per_worker=1, dashboard_address=None) \
-                as cluster, Client(cluster) as client:
+                as cluster, Client(cluster) as client, \
+                dask.config.set({"sdnn.kernel.classes": mode == "on"}):
             if strategy == "data":
                 result = DataParallelExecutor(client, network, weights=weights).run(
                     inputs, partition=partition, join=joined == "on")

@@ -39,9 +39,8 @@ chunk_min_rows      minimum existed (their chunks were ``chunk_bytes`` alone)
 dedup               ``on``/``off``: identical live rows computed once (``sdnn.kernel.dedup``;
                     every strategy but the scipy reference); empty where it does not apply
 classes             ``on``/``off``: identical output neurons computed once
-                    (``sdnn.kernel.classes``; the serial kernel and data parallelism,
-                    ``off`` for model parallelism, whose part steps keep one value per
-                    neuron); empty where it does not apply
+                    (``sdnn.kernel.classes``; every strategy but the scipy reference);
+                    empty where it does not apply
 join                ``on``/``off``: data parallelism with weights streamed from a store took
                     every worker's survivors on together on one worker after the early
                     layers (``sdnn.data-parallel.join``); empty for other runs

@@ -152,9 +152,9 @@ def _add_kernel_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--classes", action=argparse.BooleanOptionalAction, default=None,
         help="compute identical output neurons once (equal columns of W, equal bias: "
-             "RadiX-Net's come 16 to a class), in the serial kernel and data parallelism "
-             "(the same bits; records say which was used); --no-classes keeps one value "
-             "per neuron (default: sdnn.kernel.classes, on)")
+             "RadiX-Net's come 16 to a class), in every strategy (the same bits; records "
+             "say which was used); --no-classes computes every neuron (default: "
+             "sdnn.kernel.classes, on)")
 
 
 def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:

@@ -192,7 +192,8 @@ class ModelParallelExecutor(Executor):
         self.setup()
         workers = self.workers
         settings = self.kernel_settings()  # read here, on the client, for every part
-        kernel = (settings.dense_threshold, settings.chunk_bytes, settings.min_chunk_rows)
+        kernel = (settings.dense_threshold, settings.chunk_bytes, settings.min_chunk_rows,
+                  settings.classes)
         digest = hashlib.sha1()
         for row in partition.parts:  # a level at a time: block partitions are broadcast
             digest.update(np.ascontiguousarray(row).tobytes())
@@ -206,7 +207,8 @@ class ModelParallelExecutor(Executor):
                 plans, futures = self._open_slices(partition, hosts, workers, kernel)
             else:
                 plans = make_part_plans(self.network, partition, dense_threshold=kernel[0],
-                                        chunk_bytes=kernel[1], min_chunk_rows=kernel[2])
+                                        chunk_bytes=kernel[1], min_chunk_rows=kernel[2],
+                                        classes=kernel[3])
                 futures = {}
                 for p, plan in enumerate(plans):
                     [future] = self.client.scatter([plan], workers=hosts[p], broadcast=True,
@@ -243,14 +245,15 @@ class ModelParallelExecutor(Executor):
                 futures[p, host] = self.client.submit(
                     open_part, str(folder), p, net.bias, net.ymax, streamed=streamed,
                     window=window, dense_threshold=kernel[0], chunk_bytes=kernel[1],
-                    min_chunk_rows=kernel[2], cut=cut,
+                    min_chunk_rows=kernel[2], cut=cut, classes=kernel[3],
                     key=f"open-part-{folder.name}-p{p}-{uuid.uuid4().hex[:8]}", workers=[host],
                     allow_other_workers=False, pure=False)
             # the client's own view: routes and owned neurons, no layer loaded
             plans.append(SlicedPartPlan(folder, p, bias=net.bias, ymax=net.ymax,
                                         streamed=True, window=window,
                                         dense_threshold=kernel[0], chunk_bytes=kernel[1],
-                                        min_chunk_rows=kernel[2], cut=cut))
+                                        min_chunk_rows=kernel[2], cut=cut,
+                                        classes=kernel[3]))
         return plans, futures
 
     @staticmethod
@@ -560,7 +563,8 @@ class ModelParallelExecutor(Executor):
                     layers.groupby("layer")[column].sum())
         # columns_in sums over groups: every group exchanges the partition's volume
         params: dict[str, Any] = {"k": k, "row_groups": row_groups, "transport": transport,
-                                  "dedup": dedup, "classes": False, **part.params}
+                                  "dedup": dedup, "classes": self.kernel_settings().classes,
+                                  **part.params}
         if row_groups > 1:
             params["row_partition"] = row_partition
             if row_partition == "random":

@@ -69,8 +69,7 @@ class RunSpec:
         ``dedup=[true, false]`` in a study runs both side by side.
     classes
         Compute identical output neurons once (``sdnn.kernel.classes`` for this run;
-        default: the configuration's own). The serial kernel and data parallelism take
-        it; model parallelism's part steps keep one value per neuron.
+        default: the configuration's own). Every strategy but ``reference`` takes it.
     placement
         Data parallelism: ``static`` (default; block b pinned to worker b mod P, one block
         per worker by default) or ``dynamic`` (blocks handed to workers as they free up).
@@ -137,9 +136,9 @@ class RunSpec:
                              "once); the reference recurrence computes every row")
         if self.classes is not None and not isinstance(self.classes, bool):
             raise StudyError(f"classes must be true or false, got {shown(self.classes)}")
-        if s not in ("kernel", "data") and self.classes is not None:
-            raise StudyError(f"classes is the serial kernel's and data parallelism's "
-                             f"(identical output neurons computed once); {s} has none")
+        if s == "reference" and self.classes is not None:
+            raise StudyError("classes is the compiled kernel's (identical output neurons "
+                             "computed once); the reference recurrence computes every one")
         if self.epsilon is not None and not (isinstance(self.epsilon, int | float)
                                              and 0 <= self.epsilon < float("inf")):
             raise StudyError(f"epsilon must be a number >= 0, got {shown(self.epsilon)}")

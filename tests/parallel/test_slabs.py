@@ -421,3 +421,31 @@ def test_a_dense_output_is_stored_as_a_tile_and_a_dead_one_as_one_block():
     _, finals = forward_parts(dead, part, x, dense_threshold=0.0)
     for s in finals:  # nothing survived: one empty block
         assert s.nnz == 0 and s.tile is None and s.blocks.block_rows.tolist() == [0, 0]
+
+
+@pytest.mark.parametrize(("method", "k"), [("block", 2), ("hash", 2), ("random", 3)])
+def test_parts_compute_each_class_of_identical_neurons_once(small, method, k):
+    """A part's dense steps copy a neuron whose column and bias equal one computed before
+    it (RadiX-Net: 16 to a class): the same bits as computing every one."""
+    from sdnn_dask.parallel.slabs.plans import make_part_plans
+
+    net, x = small
+    part = make_neuron_partition(net, k, method, seed=3)
+    plans = make_part_plans(net, part, dense_threshold=0.0)
+    for plan in plans:
+        for lp in plan.layers:
+            copied = np.flatnonzero(lp.copy_of >= 0)
+            assert len(copied) >= len(lp.own) // 2  # 16 to a class, split among k parts
+            dense = lp.wt.toarray()
+            source = lp.copy_of[copied]
+            np.testing.assert_array_equal(dense[copied], dense[source])
+            np.testing.assert_array_equal(lp.bias[copied], lp.bias[source])
+            rank = np.empty(len(lp.order), np.int64)
+            rank[lp.order] = np.arange(len(lp.order))
+            assert (rank[source] < rank[copied]).all()  # computed before it is copied
+            assert (lp.copy_of[source] < 0).all()
+    fast, _ = forward_parts(net, part, x, dense_threshold=0.0, classes=True)
+    plain, _ = forward_parts(net, part, x, dense_threshold=0.0, classes=False)
+    np.testing.assert_array_equal(fast.indptr, plain.indptr)
+    np.testing.assert_array_equal(fast.indices, plain.indices)
+    np.testing.assert_array_equal(fast.data.view(np.uint32), plain.data.view(np.uint32))

@@ -56,8 +56,8 @@ def test_a_dedup_list_expands_into_runs_with_their_own_keys_and_labels():
     ({"strategy": "model", "dedpu": True}, r"unknown key 'dedpu' \(did you mean 'dedup'\?\)"),
     ({"strategy": "kernel", "classes": "on"}, r"runs\[0\]: classes must be true or false, "
                                               "got 'on'"),
-    ({"strategy": ["data", "model"], "classes": True},
-     r"runs\[0\]: classes is the serial kernel's and data parallelism's .* model has none"),
+    ({"strategy": ["reference", "model"], "classes": True},
+     r"runs\[0\]: classes is the compiled kernel's .* the reference recurrence computes"),
 ])
 def test_bad_dedup_entries_are_refused_before_anything_runs(entry, message):
     with pytest.raises(StudyError, match=message):

@@ -26,6 +26,8 @@ from .steps import (
     sparse_step_uniform,
 )
 
+_NO_COPIES = np.empty(0, np.int64)
+
 
 class BufferPool:
     """Equal-size float32 buffers, reused within one :func:`forward_block` call.
@@ -182,7 +184,7 @@ class Chunk:
             out = self._view(1 - self._current, rows, space.n)
             alive, self.nnz = dense_step_sized(self.dense_t, wt.indptr, wt.indices, wt.data,
                                                layer.bias, ymax, out, ROW_TILE, order,
-                                               space.sizes)
+                                               space.sizes, _NO_COPIES)
             mode = "dense"
         self._current = 1 - self._current
         self.space, self.width = space, space.n

@@ -272,3 +272,50 @@ def column_classes(w: sp.csr_matrix, bias: np.ndarray, layer: int) -> ClassLayer
     wt = sp.csr_matrix((tx, ti, tp), shape=(len(reps), int(w.shape[0])))
     wt.has_sorted_indices = True
     return ClassLayer(ClassSpace(layer, cls, sizes), wt, bias[reps].copy())
+
+
+@numba.njit(nogil=True, cache=True)
+def _row_hashes(wtp, wti, wtx, bias_bits):  # pragma: no cover - compiled
+    bits = wtx.view(np.uint32)
+    out = np.empty(wtp.shape[0] - 1, np.uint64)
+    for j in range(wtp.shape[0] - 1):
+        h = _mix(_SEED, np.uint64(bias_bits[j]))
+        for p in range(wtp[j], wtp[j + 1]):
+            h = _mix(_mix(h, np.uint64(wti[p])), np.uint64(bits[p]))
+        out[j] = h
+    return out
+
+
+@numba.njit(nogil=True, cache=True)
+def _copies(wtp, wti, wtx, bias_bits, order, hashes):  # pragma: no cover - compiled
+    n = wtp.shape[0] - 1
+    copy_of = np.full(n, -1, np.int64)
+    seen = dict()
+    xb = wtx.view(np.uint32)
+    for jj in range(order.shape[0]):
+        j = order[jj]
+        h = hashes[j]
+        if h in seen:
+            i = seen[h]
+            same = (wtp[i + 1] - wtp[i] == wtp[j + 1] - wtp[j]
+                    and bias_bits[i] == bias_bits[j])
+            if same:
+                for t in range(wtp[j + 1] - wtp[j]):
+                    if wti[wtp[i] + t] != wti[wtp[j] + t] or xb[wtp[i] + t] != xb[wtp[j] + t]:
+                        same = False
+                        break
+            if same:  # (a collision computes j itself)
+                copy_of[j] = i
+        else:
+            seen[h] = j
+    return copy_of
+
+
+def copies_in_order(wt: sp.csr_matrix, bias: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """For :func:`dense_step_sized`: each output (row of ``W^T``) visited in ``order`` whose
+    row and bias equal those of one visited before it, that one's index, else -1. Rows are
+    grouped by a hash of their columns and value bits, and compared entry by entry."""
+    bias_bits = np.ascontiguousarray(bias, dtype=np.float32).view(np.uint32)
+    hashes = _row_hashes(wt.indptr, wt.indices, wt.data, bias_bits)
+    return _copies(wt.indptr, wt.indices, wt.data, bias_bits, np.asarray(order, np.int64),
+                   hashes)

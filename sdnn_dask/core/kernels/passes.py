@@ -105,8 +105,9 @@ def stream_early(network: Network, blocks: list[sp.csr_matrix | sp.sparray],
                  pass_rows: int | None = None) -> EarlyPasses:
     """The first half of :func:`stream_blocks`: each pass of rows through its early
     layers, the survivors kept for :func:`stream_finish` (a pass that would take them past
-    ``pass_rows`` rows runs to the end here, alone). With one pass, its rows run until at
-    most half of them are left."""
+    ``pass_rows`` rows runs to the end here, alone). Each pass runs until at most a 16th
+    of its rows are left (or ``pass_rows`` over the number of passes, if fewer), or its
+    rows stop falling."""
     start_time = time.perf_counter()
     settings = settings or KernelSettings.resolve()
     if pass_rows is None:
@@ -115,11 +116,14 @@ def stream_early(network: Network, blocks: list[sp.csr_matrix | sp.sparray],
     sizes = [int(b.shape[0]) for b in blocks]
     passes = _passes(sizes, pass_rows)
     limit = pass_rows if pass_rows is not None else sum(sizes)
-    stop_rows = max(1, limit // max(2, len(passes)))
     early = EarlyPasses(sizes, [], [])
     held = 0
     for one_pass in passes:  # each pass streams its early layers again (page cache)
         cut = [row_slice(blocks[b], start, stop) for b, start, stop in one_pass]
+        # until a 16th of the pass is left at most (or pass_rows over the passes, if
+        # fewer): the rest, where rows repeat, is what the survivors share
+        stop_rows = max(1, min(limit // max(2, len(passes)),
+                               sum(stop - start for _, start, stop in one_pass) // 16))
         states = run_early_layers(network, cut, settings, stop_rows)
         left = sum(len(c.live) for s in states for c in s.chunks)
         # joined while the survivors held together stay within one pass's rows (a pass

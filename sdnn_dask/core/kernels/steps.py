@@ -160,10 +160,14 @@ def sparse_step_uniform(yp, yi, yx, wi, row_nnz, value, bias, ymax, n_out, compa
 
 
 @numba.njit(nogil=True, cache=True)
-def dense_step_sized(yt, wtp, wti, wtx, bias, ymax, zt, row_tile, order, sizes
-                     ):  # pragma: no cover
+def dense_step_sized(yt, wtp, wti, wtx, bias, ymax, zt, row_tile, order, sizes,
+                     copy_of):  # pragma: no cover
     """:func:`dense_step`, each output row counting ``sizes[j]`` nonzeros where it is
-    nonzero (a tile over neuron classes: :mod:`.classes`).
+    nonzero (a tile over neuron classes: :mod:`.classes`), and, where ``copy_of[j] >= 0``
+    (``copy_of`` empty: nowhere), output ``j`` copied from output ``copy_of[j]``, one
+    visited before it whose column of ``W`` and bias are the same (the same sums: model
+    parallelism's part steps, whose tiles stay one row per neuron, so compute each class
+    of identical neurons once: :func:`~.classes.copies_in_order`).
 
     Writes the ``n_out x rows`` output into ``zt`` (any contents; every entry is written)
     and returns ``(alive, nnz)``: which rows have a nonzero, and the number of nonzeros.
@@ -184,6 +188,13 @@ def dense_step_sized(yt, wtp, wti, wtx, bias, ymax, zt, row_tile, order, sizes
         for jj in range(n_out):
             j = order[jj]
             dst = zt[j, r0:r1]
+            if copy_of.shape[0] and copy_of[j] >= 0:
+                src = zt[copy_of[j], r0:r1]
+                size = sizes[j]
+                for r in range(m):
+                    dst[r] = src[r]
+                    count[r] += size * np.int32(src[r] != 0.0)
+                continue
             for r in range(m):
                 dst[r] = 0.0
             q, q_end = wtp[j], wtp[j + 1]
@@ -233,7 +244,7 @@ def dense_step(yt, wtp, wti, wtx, bias, ymax, zt, row_tile, order):  # pragma: n
     forms the neurons other parts read first, sends them, then forms the rest.
     """
     return dense_step_sized(yt, wtp, wti, wtx, bias, ymax, zt, row_tile, order,
-                            np.ones(zt.shape[0], np.int32))
+                            np.ones(zt.shape[0], np.int32), np.empty(0, np.int64))
 
 
 @numba.njit(nogil=True, cache=True)

@@ -56,6 +56,9 @@ class _Scratch(threading.local):
 
 _scratch = _Scratch()
 
+#: A plan without classes: every owned neuron computed (PartPlan.classes false).
+_NO_COPIES = np.empty(0, np.int64)
+
 
 @dataclass
 class _Input:
@@ -279,7 +282,8 @@ def part_layer_step(plan: PartPlan, layer: int, own_prev: Slab,
             *args, n_in, n_rows, chunk_rows, lp.wt.indptr, lp.wt.indices, lp.wt.data,
             lp.bias, ymax, lp.order, ROW_TILE, _scratch.get("y", n_in * rows_t, np.float32),
             _scratch.get("z", n_out * rows_t, np.float32),
-            _scratch.get("oi", out_hint, np.int32), _scratch.get("ox", out_hint, np.float32))
+            _scratch.get("oi", out_hint, np.int32), _scratch.get("ox", out_hint, np.float32),
+            lp.copy_of if plan.classes else _NO_COPIES)
         _scratch.keep("oi", oi)
         _scratch.keep("ox", ox)
         out_rows = rows[alive]
@@ -311,13 +315,15 @@ def part_layer_step(plan: PartPlan, layer: int, own_prev: Slab,
 
 def forward_parts(network: Network, partition: NeuronPartition,
                   inputs: sp.spmatrix | sp.sparray, *, dense_threshold: float | None = None,
-                  chunk_bytes: int | None = None, dedup: bool | None = None
-                  ) -> tuple[sp.csr_matrix, list[Slab]]:
+                  chunk_bytes: int | None = None, dedup: bool | None = None,
+                  classes: bool | None = None) -> tuple[sp.csr_matrix, list[Slab]]:
     """Model parallelism in one process: every part, layer by layer, no Dask.
 
     The executor's reference for what each part computes; also handy for debugging a
     partition. With ``dedup`` (default ``sdnn.kernel.dedup``) the parts look for
-    identical rows as the executor's do (:class:`~.shared_rows.PartRows`). Returns the
+    identical rows as the executor's do (:class:`~.shared_rows.PartRows`); with
+    ``classes`` (default ``sdnn.kernel.classes``) their dense steps compute each class of
+    identical neurons once (:attr:`~.plans.LayerPlan.copy_of`). Returns the
     ``rows x N`` output (original neuron order) and every part's last slab (with its
     trace).
     """
@@ -326,7 +332,7 @@ def forward_parts(network: Network, partition: NeuronPartition,
         raise ValueError(f"inputs have {y.shape[1]} columns, the network has "
                          f"{network.n_neurons} neurons")
     plans = make_part_plans(network, partition, dense_threshold=dense_threshold,
-                            chunk_bytes=chunk_bytes)
+                            chunk_bytes=chunk_bytes, classes=classes)
     slabs = [Slab.from_rows(y, plan.inputs) for plan in plans]
     shared = PartRows(y.shape[0]) if dedup_enabled(dedup) else None
     n_layers = network.n_layers

@@ -19,6 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ... import config
+from ...core.kernels.classes import copies_in_order
 from ...core.network import Network, as_csr32
 from ...partition.neurons import NeuronPartition
 from ...partition.routing import owner_positions, route_partition
@@ -39,6 +40,11 @@ class LayerPlan:
         ``W_l[needed, own]`` and its transpose, float32 CSR.
     order
         Visiting order of the output neurons for the dense step.
+    copy_of
+        Per owned neuron, an owned neuron visited before it in ``order`` with the same
+        column of ``W`` and bias, whose activations the dense step copies (-1: computed;
+        RadiX-Net: 16 neurons to a class, about 8 of each in a part of 2); see
+        :func:`~sdnn_dask.core.kernels.classes.copies_in_order`.
     bias
         Bias of the owned neurons.
     put
@@ -61,12 +67,19 @@ class LayerPlan:
     put: dict[int, np.ndarray] = field(repr=False)
     take: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
     fetch: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
+    copy_of: np.ndarray | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.copy_of is None:
+            self.copy_of = copies_in_order(self.wt, self.bias, self.order)
 
 
 @dataclass
 class PartPlan:
     """Everything part ``part`` of a neuron partition holds: one :class:`LayerPlan` per
-    layer, the clamp, and the level-0 columns it owns."""
+    layer, the clamp, and the level-0 columns it owns; ``classes``: its dense steps
+    compute each class of identical neurons once (:attr:`LayerPlan.copy_of`;
+    ``sdnn.kernel.classes``)."""
 
     part: int
     k: int
@@ -76,6 +89,7 @@ class PartPlan:
     dense_threshold: float
     chunk_bytes: int = 1 << 20
     min_chunk_rows: int = 1
+    classes: bool = True
 
     @property
     def nbytes(self) -> int:
@@ -107,12 +121,15 @@ class PartPlan:
 def make_part_plans(network: Network, partition: NeuronPartition, *,
                     dense_threshold: float | None = None,
                     chunk_bytes: int | None = None,
-                    min_chunk_rows: int | None = None) -> list[PartPlan]:
+                    min_chunk_rows: int | None = None,
+                    classes: bool | None = None) -> list[PartPlan]:
     """Slice the network's weights and index maps for every part of ``partition``.
 
-    ``dense_threshold`` and ``chunk_bytes`` default to ``sdnn.kernel.*``, as in
-    :func:`~sdnn_dask.core.kernels.forward_block`.
+    ``dense_threshold``, ``chunk_bytes`` and ``classes`` default to ``sdnn.kernel.*``, as
+    in :func:`~sdnn_dask.core.kernels.forward_block`.
     """
+    if classes is None:
+        classes = bool(config.get("kernel.classes", True))
     if dense_threshold is None:
         dense_threshold = config.get("kernel.dense-threshold")
     if chunk_bytes is None:
@@ -125,7 +142,7 @@ def make_part_plans(network: Network, partition: NeuronPartition, *,
     parts = partition.parts
     position = owner_positions(parts)
     plans = [PartPlan(p, k, np.flatnonzero(parts[0] == p), [], float(network.ymax),
-                      float(dense_threshold), int(chunk_bytes), min_chunk_rows)
+                      float(dense_threshold), int(chunk_bytes), min_chunk_rows, bool(classes))
              for p in range(k)]
     routes = route_partition(network.transposed, partition)
     for layer, (wt, layer_routes) in enumerate(zip(network.transposed, routes, strict=True),

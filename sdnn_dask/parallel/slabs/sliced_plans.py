@@ -362,7 +362,7 @@ class SlicedPartPlan(PartPlan):
 
     def __init__(self, folder: Path, part: int, *, bias: np.ndarray, ymax: float,
                  streamed: bool, window: int, dense_threshold: float, chunk_bytes: int,
-                 min_chunk_rows: int = 1, cut: str | None = None):
+                 min_chunk_rows: int = 1, cut: str | None = None, classes: bool = True):
         self.folder, self.streamed, self.window = Path(folder), streamed, window
         self._files = _PartFiles(self.folder, part, cut)
         self.cut = self._files.cut
@@ -370,12 +370,13 @@ class SlicedPartPlan(PartPlan):
         inputs = np.flatnonzero(self._files.level(0) == part)
         layers = _Layers(self._files, np.asarray(bias, np.float32), streamed, window)
         super().__init__(part, self._files.k, inputs, layers, float(ymax),
-                         float(dense_threshold), int(chunk_bytes), int(min_chunk_rows))
+                         float(dense_threshold), int(chunk_bytes), int(min_chunk_rows),
+                         bool(classes))
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_reopen, (str(self.folder), self.part, self._bias, self._ymax, self.streamed,
                           self.window, self.dense_threshold, self.chunk_bytes,
-                          self.min_chunk_rows, self.cut))
+                          self.min_chunk_rows, self.cut, self.classes))
 
     @property
     def nbytes(self) -> int:
@@ -417,7 +418,8 @@ def open_part(folder: os.PathLike | str, part: int, bias: np.ndarray, ymax: floa
               streamed: bool, window: int | None = None,
               dense_threshold: float | None = None,
               chunk_bytes: int | None = None,
-              min_chunk_rows: int | None = None, cut: str | None = None) -> SlicedPartPlan:
+              min_chunk_rows: int | None = None, cut: str | None = None,
+              classes: bool | None = None) -> SlicedPartPlan:
     """Part ``part`` of a slices folder in this process, opened once per folder, cut, part
     and mode (later calls return the same plan); opening a part of another folder (or
     another cut of it) closes the process's parts of every other.
@@ -434,9 +436,11 @@ def open_part(folder: os.PathLike | str, part: int, bias: np.ndarray, ymax: floa
         if min_chunk_rows is None:
             min_chunk_rows = int(config.get("kernel.chunk-min-rows") or 1)
     min_chunk_rows = max(1, int(min_chunk_rows or 1))
+    if classes is None:
+        classes = bool(config.get("kernel.classes", True))
     folder = Path(folder).resolve()
     key = (str(folder), cut, int(part), bool(streamed), window, float(dense_threshold),
-           int(chunk_bytes), min_chunk_rows)
+           int(chunk_bytes), min_chunk_rows, bool(classes))
     with _OPEN_LOCK:
         for other in [x for x in _OPEN if x[:2] != key[:2]]:
             del _OPEN[other]
@@ -445,7 +449,8 @@ def open_part(folder: os.PathLike | str, part: int, bias: np.ndarray, ymax: floa
                                         streamed=bool(streamed), window=window,
                                         dense_threshold=float(dense_threshold),
                                         chunk_bytes=int(chunk_bytes),
-                                        min_chunk_rows=min_chunk_rows, cut=cut)
+                                        min_chunk_rows=min_chunk_rows, cut=cut,
+                                        classes=bool(classes))
         plan = _OPEN[key]
     plan.layers.load_all()  # resident: every layer now, not in the run's first step
     return plan
@@ -453,10 +458,11 @@ def open_part(folder: os.PathLike | str, part: int, bias: np.ndarray, ymax: floa
 
 def _reopen(folder: str, part: int, bias: np.ndarray, ymax: float, streamed: bool,
             window: int, dense_threshold: float, chunk_bytes: int,
-            min_chunk_rows: int, cut: str | None = None) -> SlicedPartPlan:
+            min_chunk_rows: int, cut: str | None = None,
+            classes: bool = True) -> SlicedPartPlan:
     return open_part(folder, part, bias, ymax, streamed=streamed, window=window,
                      dense_threshold=dense_threshold, chunk_bytes=chunk_bytes,
-                     min_chunk_rows=min_chunk_rows, cut=cut)
+                     min_chunk_rows=min_chunk_rows, cut=cut, classes=classes)
 
 
 def close_parts() -> None:

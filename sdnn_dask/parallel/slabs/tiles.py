@@ -20,7 +20,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ...core.kernels import dense_step
+from ...core.kernels.steps import dense_step_sized
 
 # --- Appending a run's nonzeros: AVX-512 compress-store where the CPU has it -------------
 
@@ -227,18 +227,20 @@ def _fill_tile(starts, bounds, idxs, vals, poss, same, dense, srcs, tiles, cur, 
 @numba.njit(nogil=True, cache=True)
 def dense_layer(starts, bounds, idxs, vals, poss, same, dense, srcs, tiles, n_in, n_rows,
                  chunk_rows, wtp, wti, wtx, bias, ymax, order, row_tile, y_buf, z_buf, oi,
-                 ox):  # pragma: no cover
+                 ox, copy_of):  # pragma: no cover
     """The dense step over the ``n_rows`` union rows of the inputs, ``chunk_rows`` at a
     time: each chunk's input and output tiles live in the cache-sized buffers ``y_buf``
     and ``z_buf``, as in the serial kernel.
 
     The output is a tile if the first chunk with survivors is at least half nonzero, else
     a :class:`BlockCSC` with a block per chunk, its runs appended to the scratch buffers
-    ``oi``/``ox`` (grown when short) and copied out at the end. Returns ``(as_tile, tile,
+    ``oi``/``ox`` (grown when short) and copied out at the end; ``copy_of``
+    (:attr:`~.plans.LayerPlan.copy_of`) says which outputs are copies. Returns ``(as_tile, tile,
     starts, indices, data, block_rows, alive, nnz, oi, ox)``: the unused form is empty;
     ``alive`` marks the union rows kept.
     """
     n_out = wtp.shape[0] - 1
+    ones = np.ones(n_out, np.int32)
     n_inputs = len(vals)
     bases = np.zeros(n_inputs + 1, np.int64)
     for i in range(n_inputs):
@@ -275,7 +277,8 @@ def dense_layer(starts, bounds, idxs, vals, poss, same, dense, srcs, tiles, n_in
         _fill_tile(starts, bounds, idxs, vals, poss, same, dense, srcs, tiles, cur,
                    bases[:n_inputs], rcur, cblk, c0, m, yt)
         zt = z_buf[: n_out * width].reshape((n_out, width))
-        chunk_alive, nnz = dense_step(yt, wtp, wti, wtx, bias, ymax, zt, row_tile, order)
+        chunk_alive, nnz = dense_step_sized(yt, wtp, wti, wtx, bias, ymax, zt, row_tile,
+                                            order, ones, copy_of)
         total += nnz
         k = 0
         for r in range(m):
