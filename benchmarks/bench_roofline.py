@@ -238,12 +238,13 @@ class StepCounter:
         self._saved.clear()
 
     def layers(self, n_layers: int) -> pd.DataFrame:
-        """Per layer (0-based index): computed FMAs, bytes, the steps' paths."""
-        out = pd.DataFrame(0.0, index=range(n_layers), columns=["computed", "bytes"])
+        """Per layer (0-based index): computed FMAs, bytes, rows stepped, the steps'
+        paths."""
+        out = pd.DataFrame(0.0, index=range(n_layers), columns=["computed", "bytes", "rows"])
         paths: defaultdict[int, list[str]] = defaultdict(list)
         for (k, path), entry in sorted(self.rows.items()):
-            out.loc[k, "computed"] += entry["computed"]
-            out.loc[k, "bytes"] += entry["bytes"]
+            for column in out.columns:
+                out.loc[k, column] += entry[column]
             paths[k].append(path)
         out["path"] = ["+".join(paths[k]) or "-" for k in range(n_layers)]
         return out
@@ -267,6 +268,16 @@ def run_size(n: int, n_layers: int, rows: int, repeat: int, seed: int
             outputs[classes] = forward_block(net, x, classes=classes)
         counted[classes] = counter.layers(n_layers)
         traces[classes] = outputs[classes].trace
+        # the steps counted must have seen every row the trace says went in, before the
+        # first layer that steps rows merged by deduplication (its trace has fewer
+        # distinct rows out than rows out; it and the later ones step fewer rows)
+        trace = traces[classes]
+        merged = np.flatnonzero(trace["distinct_out"] < trace["rows_out"])
+        plain = slice(0, merged[0] if len(merged) else n_layers)
+        seen = counted[classes]["rows"].to_numpy()[plain]
+        if not np.array_equal(seen, trace["rows_in"].to_numpy()[plain]):
+            raise SystemExit(f"N = {n}, classes {classes}: the steps counted saw {seen} "
+                             f"rows, the trace says {trace['rows_in'].to_numpy()[plain]}")
     if not _same_bits(outputs[False], outputs[True]):
         raise SystemExit(f"N = {n}: classes on and off give different outputs")
     seconds = {c: np.full(n_layers, np.inf) for c in (False, True)}
