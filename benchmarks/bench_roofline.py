@@ -38,8 +38,8 @@ Per layer (numbers from the counted run, seconds from the timed ones, the least 
   tile and writes its output tile (``4 x width x rows`` each) and reads the weights it
   uses (``W^T``'s CSR and the bias); a sparse step reads its input CSR and the rows of
   ``W`` its nonzeros use (8 bytes an entry) and writes its output (CSR, or the classes'
-  dense tile for the scatter). Conversions between tiles and CSR, compactions and repacks
-  are in the seconds but neither in the FMAs nor in the bytes.
+  dense tile for the scatter). Conversions between tiles and CSR and compactions are in
+  the seconds but neither in the FMAs nor in the bytes.
 * ``bound``: min(FMA peak, intensity x copy bandwidth), intensity = computed / bytes;
   ``share``: the computed rate over that bound.
 
