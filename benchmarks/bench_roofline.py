@@ -197,11 +197,13 @@ class StepCounter:
             self._add("dense", rows, fmas, nbytes)
             return dense(yt, wtp, wti, wtx, bias, ymax, zt, row_tile, order)
 
-        def counted_sized(yt, wtp, wti, wtx, bias, ymax, zt, row_tile, order, sizes):
+        def counted_sized(yt, wtp, wti, wtx, bias, ymax, zt, row_tile, order, sizes,
+                          copy_of):
             rows, nbytes = dense_bytes(yt, wtp, wti, wtx, bias, order)
-            fmas = rows * float(np.sum(wtp[order + 1] - wtp[order]))
+            computed = order if not copy_of.size else order[copy_of[order] < 0]  # copies: 0
+            fmas = rows * float(np.sum(wtp[computed + 1] - wtp[computed]))
             self._add("dense", rows, fmas, nbytes + sizes.nbytes)
-            return sized(yt, wtp, wti, wtx, bias, ymax, zt, row_tile, order, sizes)
+            return sized(yt, wtp, wti, wtx, bias, ymax, zt, row_tile, order, sizes, copy_of)
 
         def used_rows(yi, wp):
             """The entries of ``W``'s rows the inputs' nonzeros use: per nonzero (FMAs),
