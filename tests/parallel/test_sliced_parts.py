@@ -318,7 +318,8 @@ def test_the_report_shows_memory_and_store_reads_per_worker(client, net, held, i
     from sdnn_dask.report.memory import memory_headline, memory_table
     from sdnn_dask.report.summary import summary_markdown
 
-    data = DataParallelExecutor(client, held, weights="streamed").run(inputs)
+    # apart: each worker reads every layer once (joined, one reads some twice)
+    data = DataParallelExecutor(client, held, weights="streamed").run(inputs, join=False)
     model = ModelParallelExecutor(client, held, weights="streamed").run(inputs, k=2,
                                                                        forecast=True)
     records = pd.concat([run_records(r, study="memory", check="PASS", spec=r.strategy)

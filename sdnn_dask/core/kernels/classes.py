@@ -23,12 +23,14 @@ the first column of each class is gathered in a pass of its own (:attr:`ClassLay
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numba
 import numpy as np
 import scipy.sparse as sp
 
 from ..csr import pattern_order, transpose
+from .steps import canonical
 
 #: A layer goes to classes only if it has at most this share of classes per neuron: with
 #: more, the saving does not pay for the mapping (RadiX-Net: 1/16).
@@ -319,3 +321,43 @@ def copies_in_order(wt: sp.csr_matrix, bias: np.ndarray, order: np.ndarray) -> n
     hashes = _row_hashes(wt.indptr, wt.indices, wt.data, bias_bits)
     return _copies(wt.indptr, wt.indices, wt.data, bias_bits, np.asarray(order, np.int64),
                    hashes)
+
+
+#: A streamed layer goes to classes (:mod:`.classes`) for a chunk of at least this many
+#: live rows: finding a layer's classes costs about what a plain step on a few rows does
+#: (a network in memory keeps its classes, found once).
+STREAM_CLASS_ROWS = 16
+#: Layers whose classes a streamed network keeps for its next passes of rows (the first
+#: ones found; rows die within 20-30 challenge layers, so these are all a run needs).
+STREAM_CLASS_LAYERS = 64
+
+
+class ClassLayers:
+    """Each layer's :class:`~.classes.ClassLayer` (``None``: the layer runs plain), found
+    when a chunk first needs it and kept on the network
+    (:attr:`~sdnn_dask.core.network.Network.class_layers`): in memory, every layer's,
+    found once a process; streamed from a store, only for chunks of at least
+    :data:`STREAM_CLASS_ROWS` rows, and the first :data:`STREAM_CLASS_LAYERS` layers'
+    kept for the run's next passes (:attr:`StreamedNetwork.class_layers
+    <sdnn_dask.data.streaming.StreamedNetwork.class_layers>`)."""
+
+    def __init__(self, network: Any, enabled: bool):
+        self.enabled = enabled
+        self.streamed = hasattr(network, "kernel_layers")
+        self.kept: dict[int, ClassLayer | None] = network.class_layers
+        self.found: dict[int, ClassLayer | None] = {}
+        self.bias = network.bias
+
+    def get(self, k: int, w: Any, rows: int) -> ClassLayer | None:
+        """Layer ``k``'s classes for a chunk of ``rows`` live rows, or ``None``."""
+        if not self.enabled:
+            return None
+        for known in (self.kept, self.found):
+            if k in known:
+                return known[k]
+        if self.streamed and rows < STREAM_CLASS_ROWS:
+            return None
+        found = column_classes(canonical(w), self.bias, k)
+        keep = not self.streamed or len(self.kept) < STREAM_CLASS_LAYERS
+        (self.kept if keep else self.found)[k] = found
+        return found

@@ -28,10 +28,10 @@ from ... import config
 from ..csr import as_csr32, row_slice, stack_rows, take_rows
 from ..network import Network
 from .chunks import BufferPool, Chunk
-from .classes import ClassLayer, column_classes
+from .classes import ClassLayers
 from .dedup import DedupPolicy, Groups, merge_duplicates
 from .schedule import ChunkSchedule, live_rows
-from .steps import ROW_TILE, canonical, dense_step_w, input_order
+from .steps import ROW_TILE, dense_step_w, input_order
 
 
 @dataclass
@@ -470,7 +470,7 @@ class _Stepper:
         self.stats = np.zeros((n_blocks, self.n_layers, _N_STATS))
         self.modes = np.zeros((n_blocks, self.n_layers), np.uint8)  # bits of _MODE_BITS
         self.groups = Groups()  # the rows each live row stands for (deduplication)
-        self.classes = _ClassLayers(network, settings.classes)
+        self.classes = ClassLayers(network, settings.classes)
 
     def close(self) -> None:
         """Let go of the layers (a streamed network's reader stops)."""
@@ -565,46 +565,6 @@ class _Stepper:
         pairs = np.unique(source * n_blocks + out_blocks)
         stats[:, 4] += np.bincount(pairs % n_blocks, minlength=n_blocks)
         self.modes[in_b > 0, k] |= _MODE_BITS[mode]
-
-
-#: A streamed layer goes to classes (:mod:`.classes`) for a chunk of at least this many
-#: live rows: finding a layer's classes costs about what a plain step on a few rows does
-#: (a network in memory keeps its classes, found once).
-STREAM_CLASS_ROWS = 16
-#: Layers whose classes a streamed network keeps for its next passes of rows (the first
-#: ones found; rows die within 20-30 challenge layers, so these are all a run needs).
-STREAM_CLASS_LAYERS = 64
-
-
-class _ClassLayers:
-    """Each layer's :class:`~.classes.ClassLayer` (``None``: the layer runs plain), found
-    when a chunk first needs it and kept on the network
-    (:attr:`~sdnn_dask.core.network.Network.class_layers`): in memory, every layer's,
-    found once a process; streamed from a store, only for chunks of at least
-    :data:`STREAM_CLASS_ROWS` rows, and the first :data:`STREAM_CLASS_LAYERS` layers'
-    kept for the run's next passes (:attr:`StreamedNetwork.class_layers
-    <sdnn_dask.data.streaming.StreamedNetwork.class_layers>`)."""
-
-    def __init__(self, network: Network, enabled: bool):
-        self.enabled = enabled
-        self.streamed = hasattr(network, "kernel_layers")
-        self.kept: dict[int, ClassLayer | None] = network.class_layers
-        self.found: dict[int, ClassLayer | None] = {}
-        self.bias = network.bias
-
-    def get(self, k: int, w: sp.csr_matrix, rows: int) -> ClassLayer | None:
-        """Layer ``k``'s classes for a chunk of ``rows`` live rows, or ``None``."""
-        if not self.enabled:
-            return None
-        for known in (self.kept, self.found):
-            if k in known:
-                return known[k]
-        if self.streamed and rows < STREAM_CLASS_ROWS:
-            return None
-        found = column_classes(canonical(w), self.bias, k)
-        keep = not self.streamed or len(self.kept) < STREAM_CLASS_LAYERS
-        (self.kept if keep else self.found)[k] = found
-        return found
 
 
 def _kernel_layers(network: Network, start: int = 0) -> Any:
