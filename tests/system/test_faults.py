@@ -122,6 +122,15 @@ def network():
     return make_network(1024, 120, seed=0)
 
 
+@pytest.fixture(autouse=True)
+def _runs_that_outlast_the_kill():
+    """Every neuron computed (classes off): the kill must land inside a run, and with
+    identical neurons computed once a 30000-row block of 1024-120 takes about 0.1 s, over
+    before KILL_DELAY. The tests are of the faults, not of the kernel's speed."""
+    with dask.config.set({"sdnn.kernel.classes": False}):
+        yield
+
+
 @pytest.fixture(scope="module")
 def data_problem(network):
     inputs = make_inputs(30000, 1024, seed=0)  # ~2 s a block here: the kill lands inside
