@@ -120,11 +120,7 @@ class Chunk:
         dense = self.nnz >= threshold * (1.0 + SETUP_ROWS / rows) * n * rows
         if dense:
             w = canonical(w)
-            if self._buffers is None:
-                c = self.csr
-                self._attach(pool, capacity)
-                csr_to_dense_t(c.indptr, c.indices, c.data, self.dense_t)
-                self.csr = None
+            self._to_dense(pool, capacity)
             out = self._view(1 - self._current, rows)
             if wt is None:  # streamed: no transpose, ``order`` an InputOrder
                 alive, self.nnz = dense_step_w(self.dense_t, w.indptr, w.indices, w.data,
@@ -134,13 +130,7 @@ class Chunk:
                 alive, self.nnz = dense_step(self.dense_t, wt.indptr, wt.indices, wt.data,
                                              bias, ymax, out, ROW_TILE, order)
             self._current = 1 - self._current
-            if not alive.all():
-                keep = int(alive.sum())
-                compact_columns(out, alive, self._view(1 - self._current, keep))
-                self.live = self.live[alive]
-                self._current = 1 - self._current
-            if not len(self.live):
-                self.release(pool)
+            self._keep_stepped(out, alive, pool)
             return "dense"
         c = self.to_csr(pool)
         if stored is not None:  # as the store keeps it: no columns widened, no values
@@ -175,11 +165,7 @@ class Chunk:
                                            r.data, layer.bias, ymax, out, space.sizes)
             self.csr, mode = None, "sparse"
         else:
-            if self._buffers is None:
-                c = self.csr
-                self._attach(pool, capacity)
-                csr_to_dense_t(c.indptr, c.indices, c.data, self.dense_t)
-                self.csr = None
+            self._to_dense(pool, capacity)
             wt, order = layer.step_weights(self.space)
             out = self._view(1 - self._current, rows, space.n)
             alive, self.nnz = dense_step_sized(self.dense_t, wt.indptr, wt.indices, wt.data,
@@ -188,6 +174,21 @@ class Chunk:
             mode = "dense"
         self._current = 1 - self._current
         self.space, self.width = space, space.n
+        self._keep_stepped(out, alive, pool)
+        return mode
+
+    def _to_dense(self, pool: BufferPool, capacity: int) -> None:
+        """The live rows as a dense tile in pooled buffers (if they are sparse)."""
+        if self._buffers is None:
+            c = self.csr
+            self._attach(pool, capacity)
+            csr_to_dense_t(c.indptr, c.indices, c.data, self.dense_t)
+            self.csr = None
+
+    def _keep_stepped(self, out: np.ndarray, alive: np.ndarray, pool: BufferPool) -> None:
+        """After a dense step into ``out`` (now the current buffer): its ``alive`` rows
+        compacted into the other buffer, which becomes current; the buffers back to the
+        pool if none is left."""
         if not alive.all():
             keep = int(alive.sum())
             compact_columns(out, alive, self._view(1 - self._current, keep))
@@ -195,7 +196,6 @@ class Chunk:
             self._current = 1 - self._current
         if not len(self.live):
             self.release(pool)
-        return mode
 
     def expand(self, pool: BufferPool | None, capacity: int) -> None:
         """Columns over classes back to columns over neurons (each class's value in

@@ -30,22 +30,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..csr import pattern_order, transpose
+from .hashing import SEED, mix
 from .steps import canonical
 
 #: A layer goes to classes only if it has at most this share of classes per neuron: with
 #: more, the saving does not pay for the mapping (RadiX-Net: 1/16).
 MAX_CLASS_SHARE = 0.5
-
-_SEED = np.uint64(0xCBF29CE484222325)
-
-
-@numba.njit(nogil=True, cache=True)
-def _mix(h, x):  # pragma: no cover - compiled
-    h ^= x
-    h *= np.uint64(0x100000001B3)
-    h ^= h >> np.uint64(29)
-    return h
-
 
 @numba.njit(nogil=True, cache=True)
 def _column_hashes(wp, wi, wx, bias_bits):  # pragma: no cover - compiled
@@ -54,13 +44,13 @@ def _column_hashes(wp, wi, wx, bias_bits):  # pragma: no cover - compiled
     n = bias_bits.shape[0]
     h = np.empty(n, np.uint64)
     for j in range(n):
-        h[j] = _mix(_SEED, np.uint64(bias_bits[j]))
+        h[j] = mix(SEED, np.uint64(bias_bits[j]))
     counts = np.zeros(n, np.int64)
     bits = wx.view(np.uint32)
     for i in range(wp.shape[0] - 1):
         for p in range(wp[i], wp[i + 1]):
             j = wi[p]
-            h[j] = _mix(_mix(h[j], np.uint64(i)), np.uint64(bits[p]))
+            h[j] = mix(mix(h[j], np.uint64(i)), np.uint64(bits[p]))
             counts[j] += 1
     return h, counts
 
@@ -281,9 +271,9 @@ def _row_hashes(wtp, wti, wtx, bias_bits):  # pragma: no cover - compiled
     bits = wtx.view(np.uint32)
     out = np.empty(wtp.shape[0] - 1, np.uint64)
     for j in range(wtp.shape[0] - 1):
-        h = _mix(_SEED, np.uint64(bias_bits[j]))
+        h = mix(SEED, np.uint64(bias_bits[j]))
         for p in range(wtp[j], wtp[j + 1]):
-            h = _mix(_mix(h, np.uint64(wti[p])), np.uint64(bits[p]))
+            h = mix(mix(h, np.uint64(wti[p])), np.uint64(bits[p]))
         out[j] = h
     return out
 

@@ -26,14 +26,7 @@ import numba
 import numpy as np
 
 from .chunks import BufferPool, Chunk
-
-
-@numba.njit(nogil=True, cache=True)
-def _mix(h, x):  # pragma: no cover - compiled
-    h ^= x
-    h *= np.uint64(0x100000001B3)
-    h ^= h >> np.uint64(29)
-    return h
+from .hashing import SEED, mix
 
 
 @numba.njit(nogil=True, cache=True)
@@ -42,12 +35,12 @@ def hash_dense_t(tile):  # pragma: no cover - compiled
     index and bits), equal to :func:`hash_csr` of the same row."""
     n, rows = tile.shape
     bits = tile.view(np.uint32)
-    out = np.full(rows, np.uint64(0xCBF29CE484222325), np.uint64)
+    out = np.full(rows, SEED, np.uint64)
     for k in range(n):
         for r in range(rows):
             b = bits[k, r]
             if b != 0 and b != np.uint32(0x80000000):  # +0.0 and -0.0 are both zero
-                out[r] = _mix(_mix(out[r], np.uint64(k)), np.uint64(b))
+                out[r] = mix(mix(out[r], np.uint64(k)), np.uint64(b))
     return out
 
 
@@ -56,13 +49,13 @@ def hash_csr(indptr, indices, data):  # pragma: no cover - compiled
     """A hash of each CSR row's nonzeros (column index and float32 bits)."""
     rows = indptr.shape[0] - 1
     bits = data.view(np.uint32)
-    out = np.full(rows, np.uint64(0xCBF29CE484222325), np.uint64)
+    out = np.full(rows, SEED, np.uint64)
     for r in range(rows):
         h = out[r]
         for p in range(indptr[r], indptr[r + 1]):
             b = bits[p]
             if b != 0 and b != np.uint32(0x80000000):
-                h = _mix(_mix(h, np.uint64(indices[p])), np.uint64(b))
+                h = mix(mix(h, np.uint64(indices[p])), np.uint64(b))
         out[r] = h
     return out
 
@@ -74,14 +67,14 @@ def hash_block_csc(starts, indices, data, n_rows):  # pragma: no cover - compile
     equal to :func:`hash_csr` of the same row: every block's columns are visited in
     increasing order, so each row's nonzeros mix in column order."""
     bits = data.view(np.uint32)
-    out = np.full(n_rows, np.uint64(0xCBF29CE484222325), np.uint64)
+    out = np.full(n_rows, SEED, np.uint64)
     for b in range(starts.shape[0]):
         for j in range(starts.shape[1] - 1):
             for p in range(starts[b, j], starts[b, j + 1]):
                 v = bits[p]
                 if v != 0 and v != np.uint32(0x80000000):
                     r = indices[p]
-                    out[r] = _mix(_mix(out[r], np.uint64(j)), np.uint64(v))
+                    out[r] = mix(mix(out[r], np.uint64(j)), np.uint64(v))
     return out
 
 

@@ -43,6 +43,38 @@ SETUP_ROWS = 100.0
 
 
 @numba.njit(nogil=True, cache=True)
+def _room(oi, ox, nnz, need):  # pragma: no cover - compiled
+    """``oi``/``ox`` (their first ``nnz`` entries kept) with room for ``need`` entries:
+    doubled when short, so appends stay amortised O(1)."""
+    if need <= oi.shape[0]:
+        return oi, ox
+    cap = max(2 * oi.shape[0], need)
+    oi2 = np.empty(cap, np.int32)
+    ox2 = np.empty(cap, np.float32)
+    oi2[:nnz] = oi[:nnz]
+    ox2[:nnz] = ox[:nnz]
+    return oi2, ox2
+
+
+@numba.njit(nogil=True, cache=True)
+def _emit_row(acc, bias, ymax, oi, ox, nnz):  # pragma: no cover - compiled
+    """One output row from its accumulator, which is cleared: the bias on its nonzeros,
+    clamped, zeros dropped, appended to ``oi``/``ox`` at ``nnz``; the new ``nnz``."""
+    for j in range(acc.shape[0]):
+        z = acc[j]
+        if z != 0.0:
+            acc[j] = 0.0
+            z += bias[j]
+            if z > 0.0:
+                if z > ymax:
+                    z = ymax
+                oi[nnz] = j
+                ox[nnz] = z
+                nnz += 1
+    return nnz
+
+
+@numba.njit(nogil=True, cache=True)
 def sparse_step(yp, yi, yx, wp, wi, wx, bias, ymax, n_out, compact):  # pragma: no cover
     """One layer on CSR rows ``(yp, yi, yx)`` with ``W`` in CSR ``(wp, wi, wx)``.
 
@@ -51,10 +83,9 @@ def sparse_step(yp, yi, yx, wp, wi, wx, bias, ymax, n_out, compact):  # pragma: 
     """
     nrows = yp.shape[0] - 1
     acc = np.zeros(n_out, np.float32)
-    cap = max(1024, 2 * yx.shape[0])
     op = np.zeros(nrows + 1, np.int64)
-    oi = np.empty(cap, np.int32)
-    ox = np.empty(cap, np.float32)
+    oi, ox = _room(np.empty(0, np.int32), np.empty(0, np.float32), 0,
+                   max(1024, 2 * yx.shape[0]))
     kept = np.empty(nrows, np.int64)
     nkept = 0
     nnz = 0
@@ -64,26 +95,9 @@ def sparse_step(yp, yi, yx, wp, wi, wx, bias, ymax, n_out, compact):  # pragma: 
             v = yx[p]
             for q in range(wp[k], wp[k + 1]):
                 acc[wi[q]] += v * wx[q]
-        if nnz + n_out > cap:  # grow the output, doubling, so appends stay amortised O(1)
-            cap = max(2 * cap, nnz + n_out)
-            oi2 = np.empty(cap, np.int32)
-            ox2 = np.empty(cap, np.float32)
-            oi2[:nnz] = oi[:nnz]
-            ox2[:nnz] = ox[:nnz]
-            oi = oi2
-            ox = ox2
+        oi, ox = _room(oi, ox, nnz, nnz + n_out)
         start = nnz
-        for j in range(n_out):
-            z = acc[j]
-            if z != 0.0:
-                acc[j] = 0.0
-                z += bias[j]
-                if z > 0.0:
-                    if z > ymax:
-                        z = ymax
-                    oi[nnz] = j
-                    ox[nnz] = z
-                    nnz += 1
+        nnz = _emit_row(acc, bias, ymax, oi, ox, nnz)
         if nnz > start or not compact:
             kept[nkept] = r
             nkept += 1
@@ -106,10 +120,9 @@ def sparse_step_uniform(yp, yi, yx, wi, row_nnz, value, bias, ymax, n_out, compa
     """
     nrows = yp.shape[0] - 1
     acc = np.zeros(n_out, np.float32)
-    cap = max(1024, 2 * yx.shape[0])
     op = np.zeros(nrows + 1, np.int64)
-    oi = np.empty(cap, np.int32)
-    ox = np.empty(cap, np.float32)
+    oi, ox = _room(np.empty(0, np.int32), np.empty(0, np.float32), 0,
+                   max(1024, 2 * yx.shape[0]))
     kept = np.empty(nrows, np.int64)
     nkept = 0
     nnz = 0
@@ -132,26 +145,9 @@ def sparse_step_uniform(yp, yi, yx, wi, row_nnz, value, bias, ymax, n_out, compa
             for q in range(base, base + row_nnz):
                 acc[wi[q]] += vw
             p += 1
-        if nnz + n_out > cap:  # grow the output, doubling, so appends stay amortised O(1)
-            cap = max(2 * cap, nnz + n_out)
-            oi2 = np.empty(cap, np.int32)
-            ox2 = np.empty(cap, np.float32)
-            oi2[:nnz] = oi[:nnz]
-            ox2[:nnz] = ox[:nnz]
-            oi = oi2
-            ox = ox2
+        oi, ox = _room(oi, ox, nnz, nnz + n_out)
         start = nnz
-        for j in range(n_out):
-            z = acc[j]
-            if z != 0.0:
-                acc[j] = 0.0
-                z += bias[j]
-                if z > 0.0:
-                    if z > ymax:
-                        z = ymax
-                    oi[nnz] = j
-                    ox[nnz] = z
-                    nnz += 1
+        nnz = _emit_row(acc, bias, ymax, oi, ox, nnz)
         if nnz > start or not compact:
             kept[nkept] = r
             nkept += 1
