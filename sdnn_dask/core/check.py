@@ -39,6 +39,7 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
+from .kernels.hashing import SEED, mix
 from .network import Network, as_csr32
 
 #: Unit roundoff of float32.
@@ -239,14 +240,6 @@ def _merge_identical(yp: np.ndarray, yi: np.ndarray, yx: np.ndarray, ye: np.ndar
 
 
 @numba.njit(nogil=True, cache=True)
-def _mix64(h, x):  # pragma: no cover - compiled
-    h ^= x
-    h *= np.uint64(0x100000001B3)
-    h ^= h >> np.uint64(29)
-    return h
-
-
-@numba.njit(nogil=True, cache=True)
 def _identical_rows(yp, yi, yx):  # pragma: no cover - compiled
     """For each CSR row, the first row equal to it (pattern and float64 bits; itself when
     none is): rows are hashed, and a row is merged only after an exact comparison with
@@ -255,10 +248,10 @@ def _identical_rows(yp, yi, yx):  # pragma: no cover - compiled
     bits = yx.view(np.uint64)
     h = np.empty(nrows, np.uint64)
     for r in range(nrows):
-        acc = np.uint64(0xCBF29CE484222325)
+        acc = SEED
         for p in range(yp[r], yp[r + 1]):
-            acc = _mix64(_mix64(acc, np.uint64(yi[p])), bits[p])
-        h[r] = _mix64(acc, np.uint64(yp[r + 1] - yp[r]))
+            acc = mix(mix(acc, np.uint64(yi[p])), bits[p])
+        h[r] = mix(acc, np.uint64(yp[r + 1] - yp[r]))
     order = np.argsort(h, kind="mergesort")  # stable: a hash's rows in row order
     first = np.arange(nrows)
     reps = np.empty(nrows, np.int64)

@@ -23,6 +23,7 @@ import time
 import numpy as np
 import psutil
 import pytest
+from knocking import knocking
 
 from sdnn_dask.parallel.transport import wire as wire_module
 from sdnn_dask.parallel.transport.frames import ENTRY, MAGIC, PREFIX, encode_frames
@@ -478,22 +479,11 @@ def test_a_model_parallel_run_passes_while_strangers_knock(tcp_client, tmp_path)
     ensure_exchange(client)
     addresses = client.run(_wire_address)
     assert all(a is not None for a in addresses.values())
-    stop = threading.Event()
-    counts = [[0] for _ in addresses]
-    knockers = [threading.Thread(target=_knock, args=(tuple(a[:2]), marker, stop, c),
-                                 daemon=True)
-                for a, c in zip(addresses.values(), counts, strict=True)]
-    for t in knockers:
-        t.start()
-    try:
+    with knocking(addresses, _knock, marker) as counts:
         for _ in range(2):
             result = executor.run(inputs, partition="hash", k=2)
             assert_same_result(result, reference)
             assert result.transport == "direct"
-    finally:
-        stop.set()
-        for t in knockers:
-            t.join(timeout=10)
     assert all(c[0] > 4 for c in counts)  # they did knock, on every worker
     assert client.run(_wire_address) == addresses  # the wires are the same ones
     assert not marker.exists()

@@ -10,7 +10,6 @@ import queue
 import shlex
 import socket
 import ssl
-import threading
 import time
 import warnings
 
@@ -18,6 +17,7 @@ import numpy as np
 import psutil
 import pytest
 from distributed import Security
+from knocking import knocking
 
 from sdnn_dask.parallel.transport import wire as wire_module
 from sdnn_dask.parallel.transport.frames import encode_frames
@@ -280,22 +280,11 @@ def test_a_model_run_on_a_tls_cluster_goes_by_the_encrypted_wire(tmp_path):
             ensure_exchange(client)
             addresses = client.run(_wire_address)
             stranger = Security.temporary().get_connection_args("worker")["ssl_context"]
-            stop = threading.Event()
-            counts = [[0] for _ in addresses]
-            knockers = [threading.Thread(target=_knock, daemon=True,
-                                         args=(tuple(a[:2]), marker, stranger, stop, c))
-                        for a, c in zip(addresses.values(), counts, strict=True)]
-            for t in knockers:
-                t.start()
-            try:
+            with knocking(addresses, _knock, marker, stranger) as counts:
                 for _ in range(2):
                     result = executor.run(inputs, partition="hash", k=2)
                     assert_same_result(result, reference)
                     assert result.transport == "direct"
-            finally:
-                stop.set()
-                for t in knockers:
-                    t.join(timeout=10)
             state = client.run(_wire_state)
             assert client.run(_wire_address) == addresses  # the same wires throughout
     assert all(c[0] > 4 for c in counts)  # they did knock, on every worker
