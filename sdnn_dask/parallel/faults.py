@@ -177,13 +177,15 @@ def connected(client: Client) -> set[str]:
 
 
 def gather_pinned(client: Client, futures: list[Future], workers: Iterable[str], *,
-                  strategy: str, poll: float = POLL_SECONDS) -> list[Any]:
+                  strategy: str, poll: float = POLL_SECONDS, gather: bool = True
+                  ) -> list[Any]:
     """Gather the results of a run whose tasks are pinned to ``workers``.
 
     Waits for the futures, checking every ``poll`` seconds that each of ``workers`` is
     still connected: if one left, or a future was cancelled because data it needs died
     with a worker, the run's futures are cancelled and :exc:`WorkerLostError` is raised.
-    Errors raised by the tasks themselves propagate unchanged.
+    Errors raised by the tasks themselves propagate unchanged. With ``gather=False`` the
+    futures, done, are returned as they are.
     """
     workers = set(workers)
     identities(client, workers)  # before any is lost
@@ -200,6 +202,11 @@ def gather_pinned(client: Client, futures: list[Future], workers: Iterable[str],
             client.cancel(futures)
             raise WorkerLostError(strategy, lost, reasons=lost_reasons(client, lost))
         if all(f.done() for f in futures):
+            if not gather:
+                failed = [f for f in futures if f.status == "error"]
+                if failed:
+                    failed[0].result()  # the task's own error
+                return futures
             return _gather_watching(client, futures, workers, strategy=strategy, poll=poll)
 
 

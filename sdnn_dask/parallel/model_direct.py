@@ -44,15 +44,19 @@ MESSAGE_COLUMNS = ["group", "layer", "source", "parts", "sender", "receiver",
                    "payload_bytes", "frame_bytes", "wire_bytes"]
 
 
-def run_part(plan: PartPlan, slab: Slab, *, token: str, group: int, route: list[str],
-             expected: int, n_layers: int, strategy: str = "model", dedup: int = 0,
-             poll: float = POLL_SECONDS, timeout: float = PIECE_TIMEOUT) -> dict[str, Any]:
-    """Run every layer of one part of one row group (a task on the part's worker).
+def run_part(plan: PartPlan, slab: Slab | dict[str, Any], *, token: str, group: int,
+             route: list[str], expected: int, n_layers: int, strategy: str = "model",
+             dedup: int = 0, first_layer: int = 1, last_layer: int | None = None,
+             stop_rows: int = 0, poll: float = POLL_SECONDS, timeout: float = PIECE_TIMEOUT
+             ) -> dict[str, Any]:
+    """Run the layers of one part of one row group (a task on the part's worker).
 
     Parameters
     ----------
     plan, slab
-        The part's plan and its level-0 slab.
+        The part's plan and its level-0 slab; or, to go on from a level reached before,
+        what that run (or :func:`~.model_passes.join_passes`) returned: its ``slab`` and
+        its ``shared`` rows.
     token, group
         The run's token and the part's row group.
     route
@@ -60,7 +64,13 @@ def run_part(plan: PartPlan, slab: Slab, *, token: str, group: int, route: list[
     expected
         Parts of this run (all groups) hosted on this worker.
     n_layers
-        Layers to run.
+        Layers of the network.
+    first_layer, last_layer
+        The layers to run (default: from 1 to ``n_layers``).
+    stop_rows
+        Stop early, after the first look for identical rows that leaves at most this many
+        distinct rows (every part of the group sees the same look, so all stop at the same
+        layer); 0 never stops early. A row pass uses it (:mod:`~.model_passes`).
     dedup
         The rows of the group where identical rows are computed once (its parts send
         each other their row labels when :meth:`~sdnn_dask.parallel.slabs.PartRows.due`
@@ -71,20 +81,26 @@ def run_part(plan: PartPlan, slab: Slab, *, token: str, group: int, route: list[
     dict
         ``slab`` (the last level, with the part's trace), ``timing`` (tuples of
         :data:`TIMING_COLUMNS`), ``messages`` (tuples of :data:`MESSAGE_COLUMNS`),
-        ``groups`` (the rows each computed row stands for, or ``None``).
+        ``groups`` (the rows each computed row stands for, or ``None``), ``shared`` (the
+        group's :class:`~.slabs.PartRows`, or ``None``) and ``layer`` (the last layer run).
     """
     part = plan.part
     timing: list[tuple] = []
     sent: list[list[Any]] = []
     checked = 0
-    shared = PartRows(dedup) if dedup else None
+    if isinstance(slab, dict):  # going on from a level reached before
+        slab, shared = slab["slab"], slab["shared"]
+    else:
+        shared = PartRows(dedup) if dedup else None
+    last = n_layers if last_layer is None else last_layer
+    reached = first_layer - 1
     with joined_run(token, expected=expected, peers=route, strategy=strategy,
                     label=f"part {part} of group {group}",
                     cancelled=f"{strategy} run {token}: part {part} of group {group} "
                               "was cancelled",
                     registered_by="use ModelParallelExecutor, which registers it") as joined:
         exchange, run, here = joined.exchange, joined.run, joined.here
-        for layer in range(1, n_layers + 1):
+        for layer in range(first_layer, last + 1):
             lp = plan.layers[layer - 1]
             start = time.perf_counter()
             serialise = 0.0
@@ -121,14 +137,19 @@ def run_part(plan: PartPlan, slab: Slab, *, token: str, group: int, route: list[
             slab = part_layer_step(plan, layer, slab, received,
                                    shared.weights if shared and shared.groups else None)
             timing.append((layer, waited, send, serialise, deserialise, transit))
-            if shared is not None and shared.due(layer, n_layers):
+            looked = shared is not None and shared.due(layer, n_layers)
+            if looked:
                 labelled = _swap_labels(joined, plan, slab, group, layer, route, sent,
                                         poll=poll, timeout=timeout)
                 slab = drop_rows(slab, shared.agree(labelled))
+            reached = layer
+            if stop_rows and looked and shared.distinct <= stop_rows:
+                break  # few distinct rows left: this pass joins the others here
         for record in sent:  # every piece written: the bytes the comm reported
             record[-1] = record[-1].result(timeout=timeout)
     return {"slab": slab, "timing": timing, "messages": [tuple(r) for r in sent],
-            "groups": None if shared is None else shared.groups}
+            "groups": None if shared is None else shared.groups, "shared": shared,
+            "layer": reached}
 
 
 def _swap_labels(joined: Any, plan: PartPlan, slab: Slab, group: int, layer: int,

@@ -67,25 +67,25 @@ from ..registry import OBJECTIVES, TRANSPORTS  # "direct" or "graph"
 from .allocator import tune_allocator
 from .base import Executor
 from .exchange_forecast import forecast_exchange
-from .faults import WorkerLostError, gather_pinned, place_retrying
-from .model_direct import MESSAGE_COLUMNS, TIMING_COLUMNS, run_part
-from .model_graph import build_graph, graph_messages
+from .faults import WorkerLostError, place_retrying
+from .model_direct import MESSAGE_COLUMNS, TIMING_COLUMNS
+from .model_graph import graph_messages
+from .model_passes import PassRunner
 from .placement import keep_on, slot_index
 from .slabs import (
     PART_TRACE_COLUMNS,
     PartPlan,
-    PartRows,
     Slab,
-    assemble,
     dedup_enabled,
     make_part_plans,
     warm_up_parts,
 )
+from .slabs.row_passes import assemble_output, pass_rows_for
 from .slabs.slice_checks import SliceDamagedError, StaleSlicesWarning, read_slices_index
 from .slabs.sliced_plans import SlicedPartPlan, open_part, open_parts, part_resident_bytes
 from .slabs.slices import discard_slices, slices_volume, write_part_slices
 from .transfers import transfers_of, widen_transfer_logs
-from .transport.run import connect_peers, ensure_exchange, gather_direct
+from .transport.run import connect_peers, ensure_exchange
 from .weights import WEIGHTS, choose_part_weights, worker_memory_limit
 
 
@@ -283,6 +283,7 @@ class ModelParallelExecutor(Executor):
         dedup: bool | None = None,
         objective: str = "traffic",
         forecast: bool = False,
+        pass_rows: int | None = None,
     ) -> RunResult:
         """Infer ``inputs`` with every layer's neurons split into ``k`` parts.
 
@@ -319,6 +320,12 @@ class ModelParallelExecutor(Executor):
             Also forecast the bytes moved from a sample of the inputs, before looking
             (:func:`~sdnn_dask.parallel.exchange_forecast.forecast_exchange`):
             ``predicted_bytes`` per layer in ``communication`` and in total.
+        pass_rows
+            Rows a row group's parts take through the early layers at once (default
+            :func:`~sdnn_dask.parallel.slabs.row_passes.pass_rows_for`: about
+            ``sdnn.store.pass-bytes`` of activations); more go in passes, their survivors
+            joined for the deep layers (:mod:`~sdnn_dask.parallel.model_passes`). The
+            run's ``params["passes"]`` says how many.
 
         Returns
         -------
@@ -340,7 +347,9 @@ class ModelParallelExecutor(Executor):
         part = self.partition(partition, k, seed=seed, nbuckets=nbuckets, epsilon=epsilon,
                               cache=cache, inputs=y, objective=objective)
         groups = make_row_partition(row_partition, y.shape[0], row_groups, seed=seed).blocks()
-        settings = (row_partition, seed, transport, dedup_enabled(dedup))
+        if pass_rows is not None and (int(pass_rows) != pass_rows or pass_rows < 1):
+            raise ValueError(f"pass_rows must be a positive integer, got {pass_rows!r}")
+        settings = (row_partition, seed, transport, dedup_enabled(dedup), pass_rows)
         try:
             result = self._run(y, part, groups, row_groups, *settings)
         except SliceDamagedError as error:
@@ -384,82 +393,71 @@ class ModelParallelExecutor(Executor):
         result.predicted_bytes = float(per_layer.sum())
 
     def _run(self, y: sp.csr_matrix, part: NeuronPartition, groups: list[np.ndarray],
-             row_groups: int, row_partition: str, seed: int, transport: str, dedup: bool
-             ) -> RunResult:
+             row_groups: int, row_partition: str, seed: int, transport: str, dedup: bool,
+             pass_rows: int | None) -> RunResult:
         """One run of :meth:`run`, its arguments checked."""
         n, k = self.network.n_neurons, part.k
         token = uuid.uuid4().hex[:12]
 
-        def place() -> tuple[list[PartPlan], dict[tuple[int, str], Future], list[str], dict]:
+        strategy = "model" if row_groups == 1 else "hybrid"
+        pass_rows = int(pass_rows or pass_rows_for(n))
+
+        def place() -> tuple[PassRunner, dict[tuple[int, int], Future], list[str]]:
             plans, plan_futures, workers = self._place(part, row_groups)
-            # Inputs: each part's level-0 columns of its group's rows, on its worker.
-            slab_futures = {}
-            for g, rows in enumerate(groups):
-                block = y[rows]
-                for p, plan in enumerate(plans):
-                    [slab_futures[g, p]] = self.client.scatter(
-                        [Slab.from_rows(block, plan.inputs)],
-                        workers=[self._slot(workers, g, p, k)], hash=False)
-            self._wait(list(slab_futures.values()))
-            if any(f.cancelled() for f in [*plan_futures.values(), *slab_futures.values()]):
+            used = {self._slot(workers, g, p, k) for g in range(len(groups)) for p in range(k)}
+            runner = PassRunner(self.client, plans, plan_futures,
+                                lambda g, p: self._slot(workers, g, p, k),
+                                n_layers=self.network.n_layers, token=token,
+                                strategy=strategy, transport=transport, used=used)
+            # Inputs: each part's level-0 columns of its group's first pass, on its worker.
+            first = runner.first_pass(y, groups, pass_rows)
+            self._wait(list(first.values()))
+            if any(f.cancelled() for f in [*plan_futures.values(), *first.values()]):
                 raise CancelledError("data placed on a worker that died")
-            return plans, plan_futures, workers, slab_futures
+            return runner, first, workers
 
         def forget() -> None:
             self._placed = {}
 
-        strategy = "model" if row_groups == 1 else "hybrid"
-        plans, plan_futures, workers, slab_futures = place_retrying(
-            self.client, strategy, place, forget)
-        used = {self._slot(workers, g, p, k) for g in range(len(groups)) for p in range(k)}
+        runner, first, workers = place_retrying(self.client, strategy, place, forget)
+        used = runner.used
         before = self._store_use(used)
         if transport == "direct":
             ensure_exchange(self.client)
             connect_peers(self.client, sorted(used))
-            start = time.perf_counter()
-            outputs = self._run_direct(plans, plan_futures, slab_futures, workers,
-                                       [len(g) if dedup else 0 for g in groups], token,
-                                       strategy, used)
-            wall = time.perf_counter() - start
-            finals = [out["slab"] for out in outputs]
-            messages = pd.DataFrame([m for out in outputs for m in out["messages"]],
-                                    columns=MESSAGE_COLUMNS)
-            timing = [out["timing"] for out in outputs]
-            shared = [outputs[g * k]["groups"] for g in range(len(groups))]
         else:
             widen_transfer_logs(self.client)
-            graph, shared = build_graph(
-                plans, plan_futures, slab_futures, lambda g, p: self._slot(workers, g, p, k),
-                self.network.n_layers, [len(g) if dedup else 0 for g in groups], token)
-            start = time.perf_counter()
-            looked = [s for s in shared if s is not None and not isinstance(s, PartRows)]
-            futures = self.client.compute([*graph, *looked], optimize_graph=False)
-            try:
-                # not client.gather: a task pinned to a dead worker would wait forever
-                finals = gather_pinned(self.client, futures, used, strategy=strategy)
-                found = iter(finals[len(graph):])
-                finals = finals[:len(graph)]
-                shared = [None if s is None else (s if isinstance(s, PartRows)
-                                                  else next(found)).groups for s in shared]
-            except WorkerLostError:
-                self._placed = {}  # plans died with the worker: place them again next run
-                raise
-            wall = time.perf_counter() - start
+        start = time.perf_counter()
+        try:
+            passed = runner.run(y, groups, dedup, pass_rows, first)
+        except WorkerLostError:
+            self._placed = {}  # plans died with the worker: place them again next run
+            raise
+        del first
+        output = assemble_output(
+            [(groups[g], slabs, shared) for g, slabs, shared in passed.finals],
+            [plan.last_own for plan in runner.plans], (y.shape[0], n))
+        wall = time.perf_counter() - start
+        if transport == "direct":
+            messages = pd.DataFrame(passed.messages, columns=MESSAGE_COLUMNS)
+            timing = [_timing_by_layer(passed.timing.get((g, p), []))
+                      for g in range(len(groups)) for p in range(k)]
+        else:
             messages, timing = graph_messages(transfers_of(self.client, token)), None
-
         store_use = self._store_use(used, before)
-        output = sp.csr_matrix((y.shape[0], n), dtype=np.float32)
-        own_last = [plan.last_own for plan in plans]
         parts_out = []
-        for g, rows in enumerate(groups):
-            slabs = finals[g * k:(g + 1) * k]
-            output = output + assemble(slabs, own_last, (y.shape[0], n), row_ids=rows,
-                                       groups=shared[g])
-            parts_out += [(g, p, s, len(shared[g].expand(s.rows)[0]) if shared[g]
-                           else len(s.rows)) for p, s in enumerate(slabs)]
-        result = self._result(y.shape[0], as_csr32(output), wall, part, row_groups,
+        for g in range(len(groups)):
+            for p in range(k):
+                survivors = sum(len(shared.expand(slabs[p].rows)[0]) if shared
+                                else len(slabs[p].rows)
+                                for h, slabs, shared in passed.finals if h == g)
+                parts_out.append((g, p, passed.traces.get((g, p), []), survivors))
+        result = self._result(y.shape[0], output, wall, part, row_groups,
                               row_partition, groups, parts_out, workers, messages, timing,
                               seed, transport, dedup)
+        result.params["passes"] = passed.passes
+        if passed.join_layer:  # the layer after which each group's passes went on together
+            result.params["joined_at"] = max(passed.join_layer.values())
         if store_use is not None:
             result.blocks = result.blocks.merge(store_use, on=["worker", "part"], how="left")
             result.params["weights"] = "+".join(sorted({m for m, _ in self.part_weights}))
@@ -482,45 +480,17 @@ class ModelParallelExecutor(Executor):
                                           zip(table["worker"], table["part"], strict=True)]
         return table
 
-    def _run_direct(self, plans: list[PartPlan], plan_futures: dict[tuple[int, str], Future],
-                    slab_futures: dict[tuple[int, int], Future], workers: list[str],
-                    dedup: list[int], token: str, strategy: str, used: set[str]
-                    ) -> list[dict[str, Any]]:
-        """Submit one long-running task per (group, part) and gather them (``dedup[g]``:
-        the rows of group ``g`` where identical rows are computed once, else 0)."""
-        n_groups = len(dedup)
-        k = len(plans)
-        slots = {(g, p): self._slot(workers, g, p, k) for g in range(n_groups)
-                 for p in range(k)}
-        hosted = pd.Series(list(slots.values())).value_counts().to_dict()
-        futures = []
-        for g in range(n_groups):
-            route = [slots[g, p] for p in range(k)]
-            for p in range(k):
-                futures.append(self.client.submit(
-                    run_part, plan_futures[p, route[p]], slab_futures[g, p], token=token,
-                    group=g,
-                    route=route, expected=hosted[route[p]], n_layers=self.network.n_layers,
-                    strategy=strategy, dedup=dedup[g], key=f"part-{token}-g{g}-p{p}",
-                    workers=[route[p]],
-                    allow_other_workers=False, pure=False))
-        try:
-            return gather_direct(self.client, futures, used, token=token, strategy=strategy)
-        except WorkerLostError:
-            self._placed = {}  # plans died with the worker: place them again next run
-            raise
-
     def _result(self, n_inputs: int, output: sp.csr_matrix, wall: float,
                 part: NeuronPartition, row_groups: int, row_partition: str,
-                groups: list[np.ndarray], parts_out: list[tuple[int, int, Slab, int]],
+                groups: list[np.ndarray], parts_out: list[tuple[int, int, list[tuple], int]],
                 workers: list[str], messages: pd.DataFrame,
                 timing: list[list[tuple]] | None, seed: int, transport: str, dedup: bool
                 ) -> RunResult:
         k = part.k
         blocks, layers = [], []
-        for i, (g, p, slab, survivors) in enumerate(parts_out):
+        for i, (g, p, part_trace, survivors) in enumerate(parts_out):
             block = g * k + p
-            trace = pd.DataFrame(slab.trace, columns=PART_TRACE_COLUMNS)
+            trace = pd.DataFrame(part_trace, columns=PART_TRACE_COLUMNS)
             if timing is not None:  # direct: waiting, sending, (de)serialising
                 trace = trace.merge(pd.DataFrame(timing[i], columns=TIMING_COLUMNS),
                                     on="layer", how="left")
@@ -596,3 +566,14 @@ def _parts_report(folder: str, dask_worker: Any = None) -> list[dict[str, Any]]:
     """On a worker (``client.run``): its open parts of the slices ``folder``."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: kB
     return [dict(row, peak_rss_bytes=peak) for row in open_parts(folder)]
+
+
+def _timing_by_layer(timing: list[tuple]) -> list[tuple]:
+    """A part's direct-transport timing (:data:`TIMING_COLUMNS`) over its passes, one
+    tuple a layer: the waits and sends summed, the slowest transit."""
+    if not timing:
+        return []
+    frame = pd.DataFrame(timing, columns=TIMING_COLUMNS)
+    merged = frame.groupby("layer", sort=True).agg(
+        {c: ("max" if c == "transit_s" else "sum") for c in TIMING_COLUMNS[1:]}).reset_index()
+    return [tuple(r) for r in merged[TIMING_COLUMNS].itertuples(index=False)]

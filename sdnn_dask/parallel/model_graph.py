@@ -69,20 +69,29 @@ def graph_messages(transfers: pd.DataFrame) -> pd.DataFrame:
 
 def build_graph(plans: list[PartPlan], plan_futures: dict[tuple[int, str], Future],
                 slab_futures: dict[tuple[int, int], Future], slot: Callable[[int, int], str],
-                n_layers: int, dedup: list[int], token: str) -> tuple[list[Any], list[Any]]:
-    """Delayed tasks of every layer, each pinned to its part's worker (``slot(g, p)``),
-    and each group's last :class:`~.slabs.PartRows` (``None`` where ``dedup[g]`` is 0:
-    every row computed; else the group's rows); looks for identical rows follow
-    :func:`~.slabs.shared_rows.look_due` every :data:`GRAPH_LOOK_EVERY` layers."""
+                n_layers: int, dedup: list[int], token: str, *,
+                group_ids: list[int] | None = None, first_layer: int = 1,
+                last_layer: int | None = None, shared_in: list[PartRows | None] | None = None
+                ) -> tuple[list[Any], list[Any]]:
+    """Delayed tasks of layers ``first_layer`` to ``last_layer`` (default: every layer),
+    each pinned to its part's worker (``slot(g, p)``), and each group's last
+    :class:`~.slabs.PartRows` (``None`` where ``dedup[i]`` is 0: every row computed; else
+    the group's rows); looks for identical rows follow
+    :func:`~.slabs.shared_rows.look_due` every :data:`GRAPH_LOOK_EVERY` layers.
+    ``group_ids`` numbers the groups (default ``0, 1, ...``); ``shared_in[i]`` is a
+    group's rows as a pass left them (:mod:`~.model_passes`), where it goes on from one."""
     k = len(plans)
+    last = n_layers if last_layer is None else last_layer
     finals, last_shared = [], []
-    for g in range(len(dedup)):
+    for i, g in enumerate(group_ids if group_ids is not None else range(len(dedup))):
         def pinned(p: int, g: int = g) -> Any:
             return dask.annotate(workers=[slot(g, p)],
                                  allow_other_workers=False)
         current: list[Any] = [slab_futures[g, p] for p in range(k)]
-        shared: Any = PartRows(dedup[g]) if dedup[g] else None
-        for layer in range(1, n_layers + 1):
+        given = shared_in[i] if shared_in is not None else None
+        shared: Any = given if given is not None else (PartRows(dedup[i]) if dedup[i]
+                                                       else None)
+        for layer in range(first_layer, last + 1):
             # what each source sends, once per other worker that hosts readers
             provided: dict[tuple[int, int], Any] = {}
             for q, plan in enumerate(plans):
@@ -110,7 +119,7 @@ def build_graph(plans: list[PartPlan], plan_futures: dict[tuple[int, str], Futur
                         plan_futures[p, slot(g, p)], layer, current[p],
                         sources, *[provided[q, p] for q in sources], shared=shared,
                         dask_key_name=f"step-{token}-g{g}-l{layer}-p{p}"))
-            if dedup[g] and look_due(layer, n_layers, GRAPH_LOOK_EVERY):
+            if dedup[i] and look_due(layer, n_layers, GRAPH_LOOK_EVERY):
                 labels = []
                 for p in range(k):
                     with pinned(p):

@@ -190,14 +190,16 @@ def stop_run(client: Client, futures: list[Future], token: str, strategy: str,
 
 
 def gather_direct(client: Client, futures: list[Future], workers: set[str], *, token: str,
-                  strategy: str, poll: float = POLL_SECONDS) -> list[Any]:
+                  strategy: str, poll: float = POLL_SECONDS, gather: bool = True
+                  ) -> list[Any]:
     """Wait for a direct run's part tasks, stopping the whole run on any trouble.
 
     A worker of the run leaving, a part failing, the run's tasks being cancelled, or the
     caller being interrupted (``KeyboardInterrupt``) aborts the run on every worker and
     cancels its tasks; then :exc:`WorkerLostError` (naming the lost workers), the part's
     own error, :exc:`~.exchange.RunAborted` or the interruption is raised
-    (:func:`check_run`).
+    (:func:`check_run`). With ``gather=False`` the futures, done, stay where they are
+    (a row pass's slabs, for the next pass on the same workers).
     """
     try:
         while True:
@@ -208,7 +210,7 @@ def gather_direct(client: Client, futures: list[Future], workers: set[str], *, t
                 pass
             if check_run(client, futures, workers, token=token, strategy=strategy,
                          poll=poll):
-                return client.gather(futures)
+                return client.gather(futures) if gather else futures
     except BaseException as error:
         stop_run(client, futures, token, strategy, error)
         raise
