@@ -44,6 +44,10 @@ classes             ``on``/``off``: identical output neurons computed once
 join                ``on``/``off``: data parallelism with weights streamed from a store took
                     every worker's survivors on together on one worker after the early
                     layers (``sdnn.data-parallel.join``); empty for other runs
+passes              model/hybrid: the row passes each row group's rows went through the
+                    early layers in (1: all at once); empty for other runs
+joined_at           model/hybrid in several passes: the layer after which the passes'
+                    survivors went on together (empty where they did not join)
 block, worker       this row's block and the worker that ran it
 rows, survivors     input rows of the block, and those nonzero after the last layer (for a
                     part: nonzero in the part's columns)
@@ -147,7 +151,8 @@ RUN_DTYPES: dict[str, str] = {
     "row_groups": _INT, "transport": _TEXT, "seed": _INT, "nbuckets": _INT,
     "epsilon": _FLOAT, "objective": _TEXT, "dense_threshold": _FLOAT, "chunk_bytes": _INT,
     "chunk_min_rows": _INT,
-    "dedup": _TEXT, "classes": _TEXT, "join": _TEXT, "block": _INT,
+    "dedup": _TEXT, "classes": _TEXT, "join": _TEXT, "passes": _INT, "joined_at": _INT,
+    "block": _INT,
     "worker": _TEXT, "rows": _INT, "survivors": _INT, "row_layers": _INT, "compute_s": _FLOAT,
     "weight_bytes": _FLOAT, "store_bytes_read": _FLOAT, "peak_rss_bytes": _FLOAT,
     "bytes_in": _FLOAT, "predicted_bytes_in": _FLOAT, "wall_s": _FLOAT,
@@ -283,6 +288,8 @@ def run_records(
         "dedup": {True: "on", False: "off"}.get(params.get("dedup"), ""),
         "classes": {True: "on", False: "off"}.get(params.get("classes"), ""),
         "join": {True: "on", False: "off"}.get(params.get("join"), ""),
+        "passes": params.get("passes"),
+        "joined_at": params.get("joined_at"),
         "wall_s": result.wall_seconds,
         "edges_per_s": result.edges_per_second,
         "imbalance": imbalance(blocks["compute_s"]),
