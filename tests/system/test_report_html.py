@@ -246,7 +246,7 @@ def test_headline_by_hand():
         *(_run("model", "block", w, workers=2, blocks=2, parts=2, transport="direct",
                bytes_moved=1e8) for w in (2.9, 3.1))]), RUN_DTYPES))
     assert report.headline(model_first) == (
-        "Model parallelism (block, k=2, direct, 2 workers) is fastest: 3.33e+03 edges/s, "
+        "Model parallelism (block, k=2, direct, 2 workers) is fastest: 3.34e+03 edges/s, "
         "1.33x the serial kernel and 2.00x data parallelism on 2 workers, moving 100.0 MB "
         "over 120 layers; its repeats 2.90-3.10 s, the runner-up's (the serial kernel) "
         "3.90-4.10 s. Data parallelism at best (hash, 2 workers) reaches 0.67x the "
