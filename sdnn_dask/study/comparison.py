@@ -145,7 +145,7 @@ def estimate_text(first: float, left: int) -> str:
     computed, so it is more likely high than low)."""
     return (f"the first repeat took {duration_text(first)}; the {left} left will take about "
             f"{duration_text(first * left)} more (an estimate: the first repeat's time x "
-            f"{left}, its warm-ups included)")
+            f"{left}, its warm-ups and partitions included)")
 
 
 def _concat(frames: list[pd.DataFrame], dtypes: dict[str, str]) -> pd.DataFrame:

@@ -167,7 +167,7 @@ def test_durations_read_as_a_person_reads_them():
         "0 s", "45 s", "2 min 5 s", "1 h 3 min"]
     assert estimate_text(61, 2) == ("the first repeat took 1 min 1 s; the 2 left will take "
                                     "about 2 min 2 s more (an estimate: the first repeat's "
-                                    "time x 2, its warm-ups included)")
+                                    "time x 2, its warm-ups and partitions included)")
 
 
 def test_the_compare_command_repeats_three_times_unless_told():
