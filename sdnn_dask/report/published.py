@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..formatting import to_text
 from .tables import (
     CONFIG,
     ONE_REPEAT,
     Verdict,
     capitalised,
+    describe,
     family_name,
     name,
     range_text,
@@ -31,6 +33,7 @@ from .tables import (
     seconds_text,
     sort_configurations,
     verdict,
+    with_spread,
 )
 
 #: ``(system, hardware, neurons, layers, seconds)`` for 60000 inputs.
@@ -250,8 +253,9 @@ def size_sentence(rows: pd.DataFrame, missing: dict[str, str] | None = None) -> 
 def _missing(table: pd.DataFrame, records: pd.DataFrame) -> dict[tuple, dict[str, str]]:
     """Per size of ``table``: the strategies that ran at some size of it but have no
     passing run at this one, ``did not run`` or ``failed its check``."""
-    seen = [s for s in STRATEGIES if (table["strategy"].astype(str) == s).any()]
     tried = records.drop_duplicates("run_id")
+    seen = [s for s in STRATEGIES if (table["strategy"].astype(str) == s).any()
+            or (tried["strategy"].astype(str) == s).any()]
     out = {}
     for key, rows in _sizes(table):
         here = set(rows["strategy"].astype(str))
@@ -277,9 +281,6 @@ def format_published(table: pd.DataFrame, records: pd.DataFrame | None = None) -
     """:func:`beside_published`'s table as text: per size, its published seconds, then a
     row per configuration (seconds with their spread, MB moved, the largest worker's
     peak GB), then the size's sentence (:func:`sentences`); the columns' notes last."""
-    from ..formatting import to_text
-    from .tables import describe, with_spread
-
     out = ["Every strategy per size (seconds for all inputs; published: 60000 inputs, "
            "other machines; SNICIT clusters the deep layers approximately)"]
     said = dict(sentences(table, records))
@@ -289,10 +290,9 @@ def format_published(table: pd.DataFrame, records: pd.DataFrame | None = None) -
         out += ["", f"{size_label(key)}: published "
                 + (", ".join(published) if published else "none for this size")]
         shown = with_spread(rows)
-        shown.insert(0, "configuration", [describe(r) if r["strategy"] in ("kernel",)
+        shown.insert(0, "configuration", [describe(r) if r["strategy"] == "kernel"
                                           else f"{r['strategy']} ({describe(r)})"
                                           for _, r in rows.iterrows()])
-        shown["wait_s"] = rows["wait_s"]
         columns = ["configuration", "seconds", "edges_per_s", "compute_s", "mb_moved",
                    "wait_s", "peak_gb"]
         if rows["wait_s"].isna().all():

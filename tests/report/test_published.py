@@ -186,3 +186,15 @@ def test_each_strategy_stands_by_its_best_configuration():
     said = published.size_sentence(rows)
     assert said.startswith("Model parallelism (hash, k=2, direct, 2 workers) won, "
                            "0.490-0.510 s against data parallelism")
+
+
+def test_a_strategy_that_failed_everywhere_is_still_missed():
+    # model parallelism ran at this size and failed; it passed nowhere else either
+    table = _rows(_row("kernel", 1.0, 0.98), _row("data", 0.6, 0.5))
+    records = pd.DataFrame({"run_id": ["k", "d", "m"], "strategy": ["kernel", "data", "model"],
+                            "neurons": 1024, "layers": 120, "inputs": 60000})
+    [(key, said)] = published.sentences(table, records)
+    assert key == (1024, 120, 60000)
+    assert said.endswith("; model parallelism failed its check at this size.")
+    [(_, said)] = published.sentences(table)  # without the records: nothing to miss
+    assert said.endswith("0.980 s).")
