@@ -281,8 +281,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--blocks", type=POSITIVE, default=None,
                    help="row blocks of data parallelism (default: one per worker)")
     _add_model_arguments(p)
-    p.add_argument("--repeat", type=POSITIVE, default=1,
-                   help="runs of each configuration; the table shows medians (1)")
+    p.add_argument("--repeat", type=POSITIVE, default=3,
+                   help="runs of each configuration; the table shows medians and the "
+                        "summary calls one fastest only where the repeats' spreads do not "
+                        "overlap, so 1 cannot (3)")
     p.add_argument("--no-warm-up", action="store_true",
                    help="no untimed warm-up run before each executor's first timed run")
     p.add_argument("--results", type=Path, default=DEFAULT_RESULTS,

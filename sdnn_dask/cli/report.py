@@ -29,6 +29,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         print("wrote " + ", ".join(str(p) for p in written), file=sys.stderr)
     print(summary)
     if args.published:
+        try:  # what model-parallel parts waited; records without layers have none
+            layers = records.read_records(folder, "layers")
+        except FileNotFoundError:
+            layers = None
         print()
-        print(format_published(beside_published(table)))
+        print(format_published(beside_published(table, layers), table))
     return 0

@@ -38,6 +38,7 @@ from .summary import (
 )
 from .tables import (
     CONFIG,
+    ONE_REPEAT,
     PARALLEL,
     PARTITION_ORDER,
     PROBLEM,
@@ -45,6 +46,7 @@ from .tables import (
     SETTINGS,
     STRATEGY_ORDER,
     TRANSPORT_ORDER,
+    Verdict,
     comparison,
     count,
     describe,
@@ -58,6 +60,7 @@ from .tables import (
     sort_configurations,
     spread_text,
     varying,
+    verdict,
     with_spread,
 )
 
@@ -65,6 +68,7 @@ __all__ = [
     "COLUMN_NOTES",
     "CONFIG",
     "MAX_BARS",
+    "ONE_REPEAT",
     "PARALLEL",
     "PARTITION_ORDER",
     "PROBLEM",
@@ -77,6 +81,7 @@ __all__ = [
     "STRATEGY_ORDER",
     "TIME_PARTS",
     "TRANSPORT_ORDER",
+    "Verdict",
     "block_times",
     "communication",
     "communication_series",
@@ -104,5 +109,6 @@ __all__ = [
     "to_markdown",
     "to_text",
     "varying",
+    "verdict",
     "with_spread",
 ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import html
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +45,7 @@ from .summary import (
     summary_markdown,
 )
 from .tables import (
+    ONE_REPEAT,
     SERIAL,
     comparison,
     describe,
@@ -51,6 +53,7 @@ from .tables import (
     headline,
     latest_runs,
     problems,
+    verdict,
     with_spread,
 )
 
@@ -335,7 +338,7 @@ def _header(column: str) -> str:
                     for w in words)
 
 
-def _html_table(table: pd.DataFrame, columns: list[str], *, best: int | None = None,
+def _html_table(table: pd.DataFrame, columns: list[str], *, best: Collection[int] = (),
                 css: str = "") -> str:
     head = "".join(f"<th>{_header(c)}</th>" for c in columns)
     body = []
@@ -349,7 +352,7 @@ def _html_table(table: pd.DataFrame, columns: list[str], *, best: int | None = N
                 shown = (f'{html.escape(median)}<br><span class="spread">'
                          f"{html.escape(spread.rstrip(')').replace('-', '–'))}</span>")
             cells.append(f'<td class="{cls}">{shown}</td>' if cls else f"<td>{shown}</td>")
-        attr = ' class="best"' if best == i else ""
+        attr = ' class="best"' if i in best else ""
         body.append(f"<tr{attr}>{''.join(cells)}</tr>")
     return (f'<div class="scroll"><table class="{css}"><thead><tr>{head}</tr></thead>'
             f"<tbody>{''.join(body)}</tbody></table></div>")
@@ -402,6 +405,27 @@ def _repeats(cmp: pd.DataFrame) -> str:
         + spread
 
 
+def _bold(cmp: pd.DataFrame) -> tuple[list[int], str]:
+    """The rows of a problem's table to set in bold, and what the bold means: the fastest
+    configuration where its repeats' spread is clear of the runner-up's, the ones within
+    noise of the least median where they overlap, none on one repeat
+    (:func:`sdnn_dask.report.tables.verdict`)."""
+    ok = cmp[cmp["check"] == "PASS"]
+    if ok.empty:
+        return [], ""
+    found = verdict(ok)
+    rows = [cmp.index.get_loc(i) for i in found.rows.index]
+    if found.kind == "fastest":
+        return rows[:1], ("Bold: the fastest configuration that passed (its slowest repeat "
+                          "faster than the runner-up's fastest).")
+    if found.kind == "noise":
+        return rows, ("Bold: the configurations within noise of the least median (their "
+                      "repeats' spreads overlap it): none is shown to be fastest.")
+    if found.kind == "alone":
+        return rows, "Bold: the only configuration that passed."
+    return [], f"None in bold: {ONE_REPEAT}."
+
+
 def _largest(table: pd.DataFrame) -> str:
     diff = table["max_abs_diff"].max()
     return "" if pd.isna(diff) else f" (largest difference {diff:.2g})"
@@ -439,8 +463,7 @@ def render_html(rep: Report) -> str:
         parts.append(f'<p class="note">No plots: {esc(rep.plot_note)}.</p>')
     for section in rep.sections:
         top = section.cmp.iloc[0]
-        ok = section.cmp[section.cmp["check"] == "PASS"]
-        best = int(ok["seconds"].idxmin()) if len(ok) else None
+        best, bold = _bold(section.cmp)
         parts += [
             f'<section id="{section.anchor}">',
             f"<h2>{esc(section.network)}, {section.inputs:,} inputs</h2>",
@@ -449,9 +472,9 @@ def render_html(rep: Report) -> str:
             f'<p class="headline">{esc(section.headline)}</p>',
             _html_table(with_spread(section.cmp), _html_columns(section.cmp), best=best,
                         css="comparison"),
-            f'<p class="meta">{_repeats(section.cmp)} Bold: the fastest configuration that '
-            "passed. Ratios above 1 are faster than the baseline; × data compares with the "
-            "fastest data-parallel configuration on the same number of workers.</p>",
+            f'<p class="meta">{_repeats(section.cmp)} {bold} Ratios above 1 are faster than '
+            "the baseline; × data compares with the fastest data-parallel configuration on "
+            "the same number of workers.</p>",
         ]
         if section.memory is not None:
             parts += ["<h3>Memory and store reads per worker</h3>",

@@ -15,7 +15,9 @@ and every ratio compares configurations of the same network and inputs.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -47,19 +49,36 @@ def rank(values: pd.Series, order: Sequence[str]) -> pd.Series:
     return values.astype(str).map(lambda v: known.get(v, len(order)))
 
 
+def _natural(text: str) -> tuple:
+    """A sort key that reads the numbers in ``text`` as numbers: ``net-480`` before
+    ``net-1920`` (as text, ``1920`` sorts first)."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part)
+                 for part in re.split(r"(\d+)", text) if part)
+
+
 def sort_configurations(table: pd.DataFrame) -> pd.DataFrame:
     """``table`` sorted as a reader expects: per problem, serial first, then data, model,
-    hybrid; within a strategy by workers, partition and transport (stable otherwise)."""
+    hybrid; within a strategy by workers, partition and transport (stable otherwise).
+
+    Problems come in numeric order of their size, ``neurons`` then ``layers`` (where the
+    table has them), then the network's name with its numbers read as numbers, then
+    ``inputs``: 1024-120, 1024-480, 1024-1920, not the text order 1024-120, 1024-1920,
+    1024-480."""
     if table.empty:
         return table
+    names = table["network"].astype(str)
+    size = {c: pd.to_numeric(table[c], errors="coerce").fillna(-1).to_numpy()
+            if c in table else 0 for c in ("neurons", "layers")}
+    natural = {name: i for i, name in enumerate(sorted(set(names), key=_natural))}
     keys = pd.DataFrame({
-        "network": table["network"].astype(str), "inputs": table["inputs"],
+        "n": size["neurons"], "l": size["layers"], "network": names.map(natural),
+        "inputs": table["inputs"],
         "s": rank(table["strategy"], STRATEGY_ORDER), "t": rank(table["transport"],
                                                                   TRANSPORT_ORDER),
         "w": table["workers"], "r": table["row_groups"] if "row_groups" in table else 1,
         "p": rank(table["partition"], PARTITION_ORDER),
     }, index=table.index)
-    order = keys.sort_values(["network", "inputs", "s", "t", "w", "r", "p"],
+    order = keys.sort_values(["n", "l", "network", "inputs", "s", "t", "w", "r", "p"],
                              kind="stable").index
     return table.loc[order].reset_index(drop=True)
 
@@ -297,18 +316,145 @@ def describe(row: Mapping) -> str:
 _FAMILY = {"data": "data parallelism", "model": "model parallelism", "hybrid": "the hybrid",
            "reference": "the serial reference", "kernel": "the serial kernel"}
 
+#: What the reports say where a configuration ran once: one time has no spread, so it
+#: cannot tell a real lead from the machine's noise.
+ONE_REPEAT = "one repeat: no spread to compare; run with --repeat 3"
+
 
 def _ratio(value: float) -> str:
     return f"{value:.2f}x"
 
 
+def capitalised(text: str) -> str:
+    """``text`` with its first letter upper case (a sentence that starts with a name)."""
+    return text[:1].upper() + text[1:]
+
+
+def family_name(strategy: str) -> str:
+    """A strategy as a sentence names it: ``data parallelism``, ``the serial kernel``."""
+    return _FAMILY.get(strategy, strategy)
+
+
+def name(row: Mapping) -> str:
+    """A configuration as a sentence names it: ``data parallelism (hash, 2 workers)``,
+    ``the serial kernel``, ``the serial kernel (dedup off)``."""
+    strategy = str(row["strategy"])
+    who = _FAMILY.get(strategy, strategy)
+    if strategy not in SERIAL:
+        return f"{who} ({describe(row)})"
+    return who + (" (dedup off)" if str(row.get("dedup", "")) == "off" else "")
+
+
+def seconds_text(value: float) -> str:
+    """Seconds for a sentence: three significant digits (``0.210``, ``12.3``), one decimal
+    from 100 s (``137.3``)."""
+    return f"{value:.1f}" if abs(value) >= 100 else f"{value:#.3g}"
+
+
+def range_text(row: Mapping) -> str:
+    """A configuration's seconds over its repeats, ``0.21-0.25 s`` (its fastest and slowest
+    repeat); ``0.21 s`` where it ran once."""
+    if int(row["repeats"]) <= 1:
+        return f"{seconds_text(float(row['seconds']))} s"
+    return f"{seconds_text(float(row['seconds_min']))}-{seconds_text(float(row['seconds_max']))} s"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the repeats allow a report to say about which configuration is fastest.
+
+    Attributes
+    ----------
+    kind
+        ``"fastest"``: the least median's slowest repeat is faster than the runner-up's
+        fastest (their spreads do not overlap); ``"noise"``: they overlap, so the
+        configurations whose spread reaches the leader's are within noise of each other;
+        ``"one repeat"``: the leader or the runner-up ran once, so there is no spread to
+        compare (:data:`ONE_REPEAT`); ``"alone"``: one configuration, nothing to compare.
+    rows
+        ``fastest`` and ``one repeat``: the leader and the runner-up; ``noise``: the leader
+        and every configuration within noise of it, by median; ``alone``: the one row. The
+        index is the one of the rows given to :func:`verdict`.
+    """
+
+    kind: str
+    rows: pd.DataFrame
+
+    @property
+    def lead(self) -> pd.Series:
+        """The configuration with the least median seconds."""
+        return self.rows.iloc[0]
+
+    def repeats_text(self) -> str:
+        """``over 3 repeats`` (``over 3, 3 and 2 repeats`` where the counts differ)."""
+        counts = [str(int(n)) for n in self.rows["repeats"]]
+        if len(set(counts)) == 1:
+            return f"over {counts[0]} repeats"
+        return f"over {', '.join(counts[:-1])} and {counts[-1]} repeats"
+
+    def noise_text(self, names: Sequence[str] | None = None) -> str:
+        """``a and b are within noise: 0.21-0.25 s against 0.22-0.27 s over 3 repeats``
+        (``names``: how to call the rows; default :func:`name`)."""
+        names = list(names) if names is not None else [name(r) for _, r in
+                                                       self.rows.iterrows()]
+        ranges = [range_text(r) for _, r in self.rows.iterrows()]
+        return (f"{_and(names)} are within noise: {ranges[0]} against {_and(ranges[1:])} "
+                f"{self.repeats_text()}")
+
+
+def _and(words: Sequence[str]) -> str:
+    words = list(words)
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+def verdict(ok: pd.DataFrame) -> Verdict:
+    """Which of ``ok``'s configurations the repeats show to be fastest, if any.
+
+    The configuration with the least median (``seconds``) is called fastest only where
+    its spread over the repeats (``seconds_min`` to ``seconds_max``) does not overlap the
+    runner-up's (the next least median): its slowest repeat beat the runner-up's fastest.
+    Otherwise every configuration whose fastest repeat is no slower than the leader's
+    slowest is within noise of it. One repeat of either has no spread: it decides nothing.
+
+    Parameters
+    ----------
+    ok
+        Rows of a :func:`comparison` (``seconds``, ``seconds_min``, ``seconds_max``,
+        ``repeats``), passing ones: a failed run is never fastest.
+
+    Returns
+    -------
+    Verdict
+
+    Raises
+    ------
+    ValueError
+        When ``ok`` is empty.
+    """
+    if ok.empty:
+        raise ValueError("no configuration to compare")
+    ranked = ok.sort_values("seconds", kind="stable")
+    if len(ranked) == 1:
+        return Verdict("alone", ranked)
+    lead, runner = ranked.iloc[0], ranked.iloc[1]
+    if int(lead["repeats"]) <= 1 or int(runner["repeats"]) <= 1:
+        return Verdict("one repeat", ranked.iloc[:2])
+    if float(lead["seconds_max"]) < float(runner["seconds_min"]):
+        return Verdict("fastest", ranked.iloc[:2])
+    within = ranked["seconds_min"].astype(float) <= float(lead["seconds_max"])
+    return Verdict("noise", ranked[within])
+
+
 def headline(cmp: pd.DataFrame) -> str:
     """The story of one problem's :func:`comparison` rows, in a few sentences.
 
-    Which passing configuration is fastest (its rate, and how it compares with the serial
-    kernel and with data parallelism on the same workers), then the best configuration of
-    each other parallel strategy, with the MB it moved; configurations that failed the
-    check are counted first and never called fastest.
+    Which passing configuration is fastest, where the repeats show it (:func:`verdict`:
+    its spread clear of the runner-up's), with its rate and how it compares with the
+    serial kernel and with data parallelism on the same workers; else which ones are
+    within noise of each other, or that one repeat cannot tell (:data:`ONE_REPEAT`). Then
+    the best configuration (least median) of each other parallel strategy, with the MB
+    it moved; configurations that failed the check are counted first and never called
+    fastest.
     """
     if cmp.empty:
         return "No runs."
@@ -338,27 +484,41 @@ def headline(cmp: pd.DataFrame) -> str:
             return ""
         return f", moving {row['mb_moved']:.1f} MB over {count(row['layers'])} layers"
 
-    fastest = ok.loc[ok["seconds"].idxmin()]
-    who = _FAMILY.get(str(fastest["strategy"]), str(fastest["strategy"]))
-    label = (f" ({describe(fastest)})" if fastest["strategy"] not in SERIAL
-             else " (dedup off)" if str(fastest.get("dedup", "")) == "off" else "")
-    bits = versus(fastest)
-    sentences.append(f"{who[0].upper()}{who[1:]}{label} is fastest: "
-                     f"{fastest['edges_per_s']:.3g} edges/s"
-                     + (f", {' and '.join(bits)}" if bits else "") + moved(fastest) + ".")
+    def rate(row: pd.Series) -> str:
+        bits = versus(row)
+        return (f"{row['edges_per_s']:.3g} edges/s" + (f", {' and '.join(bits)}" if bits
+                                                        else "") + moved(row))
+
+    found = verdict(ok)
+    lead = found.lead
+    if found.kind == "fastest":
+        runner = found.rows.iloc[1]
+        sentences.append(f"{capitalised(name(lead))} is fastest: {rate(lead)}; its repeats "
+                         f"{range_text(lead)}, the runner-up's ({name(runner)}) "
+                         f"{range_text(runner)}.")
+    elif found.kind == "alone":
+        sentences.append(f"{capitalised(name(lead))} is the only configuration that passed: "
+                         f"{rate(lead)}.")
+    elif found.kind == "noise":
+        sentences.append(capitalised(found.noise_text()) + ".")
+    else:
+        sentences.append(f"{capitalised(ONE_REPEAT)}. Least seconds: {name(lead)}, "
+                         f"{rate(lead)}.")
+    said = lead["strategy"] if found.kind in ("fastest", "alone", "one repeat") else None
     for strategy in PARALLEL:
         family = ok[ok["strategy"] == strategy]
-        if family.empty or strategy == fastest["strategy"]:
+        if family.empty or strategy == said:
             continue
         best = family.loc[family["seconds"].idxmin()]
         bits = versus(best)
         reach = (f" reaches {' and '.join(bits)}" if bits
                  else f" runs at {best['edges_per_s']:.3g} edges/s")
-        sentences.append(f"{_FAMILY[strategy][0].upper()}{_FAMILY[strategy][1:]} at best "
+        sentences.append(f"{capitalised(_FAMILY[strategy])} at best "
                          f"({describe(best)}){reach}{moved(best)}.")
-    if fastest["strategy"] in SERIAL and (ok["strategy"].isin(PARALLEL)).any():
+    if found.kind == "fastest" and lead["strategy"] in SERIAL \
+            and (ok["strategy"].isin(PARALLEL)).any():
         sentences.append("No parallel configuration beats the serial "
-                         f"{fastest['strategy']} here.")
+                         f"{lead['strategy']} here.")
     return " ".join(sentences)
 
 

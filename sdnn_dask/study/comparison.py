@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -47,7 +48,11 @@ def compare(problem: Problem, client: Client | None = None, *, cluster: Any = No
     specs
         What to run (default :func:`default_specs`).
     repeat
-        Runs of each spec; the serial reference runs once per repeat like the others.
+        Runs of each spec; the serial reference runs once per repeat like the others. A
+        headline can call a configuration fastest only where the repeats' spreads show
+        it (:func:`sdnn_dask.report.verdict`): one repeat shows none (the ``compare``
+        command runs 3 by default). With several, ``progress`` is told after the first
+        how long the others will take (:func:`estimate_text`).
     study
         The records' ``study`` (default: a new id, the time to the second).
     warm_up
@@ -105,6 +110,10 @@ def _run_all(runner: Runner, problem: Problem, specs: Sequence[RunSpec], repeat:
                       "(if any)")
     outcomes = []
     order = [(r, s) for r in range(repeat) for s in serial_first(specs)]
+    if repeat > 1:
+        say(progress, f"{repeat} repeats of {len(specs)} configuration(s), {len(order)} runs: "
+                      "how long they take is estimated after the first repeat")
+    start = time.perf_counter()
     for done, (r, spec) in enumerate(order, start=1):
         runs.start(spec.label)
         outcome = runner.run(spec, repeat=r)
@@ -112,7 +121,31 @@ def _run_all(runner: Runner, problem: Problem, specs: Sequence[RunSpec], repeat:
         runs.done(f"{outcome.result.wall_seconds:.3f} s {outcome.check}")
         if on_run is not None:
             on_run(outcome, done, len(order))
+        if repeat > 1 and done == len(specs):
+            say(progress, estimate_text(time.perf_counter() - start, repeat - 1))
     return outcomes
+
+
+def duration_text(seconds: float) -> str:
+    """``45 s``, ``2 min 5 s``, ``1 h 3 min``: a duration as a person reads it."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min"
+
+
+def estimate_text(first: float, left: int) -> str:
+    """What :func:`compare` says after its first repeat: how long that took and, from it,
+    how long the ``left`` repeats still to run will take (an estimate: the first repeat's
+    seconds times the repeats left; the first has the warm-ups and any partition
+    computed, so it is more likely high than low)."""
+    return (f"the first repeat took {duration_text(first)}; the {left} left will take about "
+            f"{duration_text(first * left)} more (an estimate: the first repeat's time x "
+            f"{left}, its warm-ups and partitions included)")
 
 
 def _concat(frames: list[pd.DataFrame], dtypes: dict[str, str]) -> pd.DataFrame:

@@ -133,3 +133,98 @@ def test_the_terminal_table_has_a_legend_of_its_columns():
     assert "parts x row groups" in notes["blocks"]
     assert "MB" in notes["mb_moved"] and "columns" in notes["predicted_volume"]
     assert all(len(line) <= 100 for line in legend.splitlines())
+
+
+# --------------------------------------------------------------------------- fastest, or noise
+
+def _race(data_walls, model_walls, kernel_walls=(9.0, 9.5, 10.0), **settings):
+    """The kernel, far behind, and data against model parallelism at the seconds given
+    (one run each), on 2 workers."""
+    return _records(*(_run("kernel", "none", w, **settings) for w in kernel_walls),
+                    *(_run("data", "hash", w, workers=2, **settings) for w in data_walls),
+                    *(_run("model", "hash", w, workers=2, blocks=2, parts=2,
+                           transport="direct", bytes_moved=1e8, **settings)
+                      for w in model_walls))
+
+
+DATA = "data parallelism (hash, 2 workers)"
+MODEL = "model parallelism (hash, k=2, direct, 2 workers)"
+
+
+def test_overlapping_spreads_are_within_noise_not_fastest():
+    cmp = report.comparison(_race((0.21, 0.23, 0.25), (0.22, 0.24, 0.27)))
+    found = report.verdict(cmp)
+    assert found.kind == "noise" and list(found.rows["strategy"]) == ["data", "model"]
+    text = report.headline(cmp)
+    assert text.startswith(f"D{DATA[1:]} and {MODEL} are within noise: 0.210-0.250 s "
+                           "against 0.220-0.270 s over 3 repeats.")
+    assert "fastest" not in text
+    # one repeat's overlap is enough: the model's fastest repeat equal to data's slowest
+    touching = report.comparison(_race((0.21, 0.23, 0.25), (0.25, 0.27, 0.30)))
+    assert report.verdict(touching).kind == "noise"
+    # every configuration that reaches the leader's spread is named, the others not
+    three = report.comparison(_race((0.21, 0.23, 0.25), (0.22, 0.24, 0.27),
+                                    kernel_walls=(0.24, 0.26, 0.28)))
+    assert report.headline(three).startswith(
+        f"D{DATA[1:]}, {MODEL} and the serial kernel are within noise: 0.210-0.250 s "
+        "against 0.220-0.270 s and 0.240-0.280 s over 3 repeats.")
+
+
+def test_disjoint_spreads_name_the_fastest():
+    cmp = report.comparison(_race((0.21, 0.23, 0.25), (0.26, 0.27, 0.30)))
+    assert report.verdict(cmp).kind == "fastest"
+    text = report.headline(cmp)
+    assert text.startswith(f"D{DATA[1:]} is fastest: ")
+    assert (f"its repeats 0.210-0.250 s, the runner-up's ({MODEL}) 0.260-0.300 s." in text)
+    assert "within noise" not in text
+
+
+def test_one_repeat_never_names_the_fastest():
+    cmp = report.comparison(_race((0.21,), (0.5,), kernel_walls=(9.0,)))
+    text = report.headline(cmp)
+    assert text.startswith("One repeat: no spread to compare; run with --repeat 3. Least "
+                           f"seconds: {DATA}, ")
+    assert "fastest" not in text and "No parallel configuration" not in text
+    # nor where only the runner-up ran once
+    once = report.comparison(_race((0.21, 0.22, 0.23), (0.5,)))
+    assert report.verdict(once).kind == "one repeat"
+    assert report.verdict(cmp.iloc[:1]).kind == "alone"
+
+
+def test_the_page_sets_in_bold_only_what_the_repeats_show():
+    def bold(records):
+        page = html_report.html_report(records, pd.DataFrame())
+        return page.count('<tr class="best">'), page
+
+    count, page = bold(_race((0.21, 0.23, 0.25), (0.26, 0.27, 0.30)))
+    assert count == 1 and "Bold: the fastest configuration that passed" in page
+    count, page = bold(_race((0.21, 0.23, 0.25), (0.22, 0.24, 0.27)))
+    assert count == 2 and "Bold: the configurations within noise" in page
+    count, page = bold(_race((0.21,), (0.5,), kernel_walls=(9.0,)))
+    assert count == 0 and "None in bold: one repeat: no spread to compare" in page
+
+
+# --------------------------------------------------------------------------- memory per worker
+
+def test_the_memory_table_shows_every_run_with_a_peak_beside_the_bytes_moved():
+    # no store: peaks recorded, store reads not; the kernel recorded none
+    records = _records(
+        _run("kernel", "none", 9.0),
+        *(_run("data", "hash", w, workers=2, peak_rss_bytes=p)
+          for w, p in ((0.21, 3e9), (0.23, 3.2e9), (0.25, 3.1e9))),
+        *(_run("model", "hash", w, workers=2, blocks=2, parts=2, transport="direct",
+               bytes_moved=5e8, peak_rss_bytes=1.5e9) for w in (0.26, 0.27, 0.30)))
+    table = report.memory.memory_table(records).set_index("strategy")
+    assert list(table.index) == ["data", "model"]  # the kernel recorded no peak
+    assert table.loc["data", "peak_gb"] == 3.1 and table.loc["model", "peak_gb"] == 1.5
+    assert table.loc["data", "gb_moved"] == 0.0 and table.loc["model", "gb_moved"] == 0.5
+    columns = report.memory.MEMORY_COLUMNS
+    assert columns.index("gb_moved") == columns.index("peak_gb") + 1
+    said = report.memory.memory_headline(table.reset_index())
+    assert said == ("model hash k = 2 peaks at 1.50 GB a worker, 2.1x less than data "
+                    "parallelism (3.10 GB), and moves 0.50 GB between workers, finishing in "
+                    "0.260-0.300 s against 0.210-0.250 s (slower).")
+    close = records.assign(wall_s=records["wall_s"].where(records["strategy"] != "model",
+                                                          0.24))
+    said = report.memory.memory_headline(report.memory.memory_table(close))
+    assert said.endswith("(within noise).")

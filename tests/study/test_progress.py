@@ -88,7 +88,10 @@ def test_cli_compare_shows_the_bar_and_quiet_hides_it(tmp_path, capsys):
     code, err = run(serial, capsys)
     assert code == 0
     drawn = bar_lines(err)
-    assert drawn and drawn[-1].startswith("runs: 100%") and "2/2" in drawn[-1]
+    # 3 repeats by default (the reference and the kernel, each 3 times)
+    assert drawn and drawn[-1].startswith("runs: 100%") and "6/6" in drawn[-1]
+    assert "3 repeats of 2 configuration(s), 6 runs" in err
+    assert "the first repeat took " in err and "the 2 left will take about " in err
     code, err = run([*serial, "--quiet"], capsys)
     assert code == 0 and err == ""
 
@@ -134,3 +137,41 @@ def test_ctrl_c_in_a_study_closes_the_cluster_it_started_quietly(tmp_path, monke
     assert len(records.recorded_keys(tmp_path / "r")) == 1
     fake.close()  # an ordinary close still logs
     assert len(caplog.records) == 1
+
+
+def test_compare_estimates_the_rest_after_the_first_repeat(client, tiny_problem):
+    specs = [RunSpec("kernel"), RunSpec("data", "block")]
+    events: list[str] = []
+    study.compare(tiny_problem, client, specs=specs, repeat=3, bar=False,
+                  progress=events.append,
+                  on_run=lambda outcome, done, total: events.append(f"run {done}/{total}"))
+    # before any run: how many, and that the estimate comes after the first repeat
+    assert events.index("3 repeats of 2 configuration(s), 6 runs: how long they take is "
+                        "estimated after the first repeat") < events.index("run 1/6")
+    said = [i for i, e in enumerate(events) if e.startswith("the first repeat took ")]
+    assert said == [events.index("run 2/6") + 1]  # once, right after the first repeat
+    found = re.search(r"took (\d+) s; the 2 left will take about (\d+) s more",
+                      events[said[0]])
+    assert found, events[said[0]]
+    first, rest = int(found[1]), int(found[2])
+    assert abs(rest - 2 * first) <= 1  # the first repeat's time x the repeats left
+    once: list[str] = []
+    study.compare(tiny_problem, client, specs=specs[:1], bar=False, progress=once.append)
+    assert not any("repeat" in e for e in once)  # one repeat: nothing to estimate
+
+
+def test_durations_read_as_a_person_reads_them():
+    from sdnn_dask.study.comparison import duration_text, estimate_text
+
+    assert [duration_text(s) for s in (0.4, 45, 125, 3780)] == [
+        "0 s", "45 s", "2 min 5 s", "1 h 3 min"]
+    assert estimate_text(61, 2) == ("the first repeat took 1 min 1 s; the 2 left will take "
+                                    "about 2 min 2 s more (an estimate: the first repeat's "
+                                    "time x 2, its warm-ups and partitions included)")
+
+
+def test_the_compare_command_repeats_three_times_unless_told():
+    from sdnn_dask.cli import build_parser
+
+    assert build_parser().parse_args(["compare"]).repeat == 3
+    assert build_parser().parse_args(["compare", "--repeat", "1"]).repeat == 1

@@ -164,8 +164,11 @@ def test_the_report_shows_dedup_and_draws_live_against_distinct_rows(ran):
     assert sorted(kernel["dedup"]) == ["off", "on"]
     assert report.describe(kernel[kernel["dedup"] == "off"].iloc[0]) == \
         "serial kernel, dedup off"
-    fastest = cmp.assign(seconds=np.where((cmp["strategy"] == "kernel")
-                                          & (cmp["dedup"] == "off"), 1e-9, cmp["seconds"]))
+    off = (cmp["strategy"] == "kernel") & (cmp["dedup"] == "off")
+    fastest = cmp.assign(**{c: np.where(off, 1e-9, cmp[c]) for c in
+                            ("seconds", "seconds_min", "seconds_max")},
+                         repeats=np.where(off | (cmp["seconds"] == cmp.loc[~off, "seconds"]
+                                                 .min()), 2, cmp["repeats"]))
     assert report.headline(fastest).startswith("The serial kernel (dedup off) is fastest")
     page = (results / "report.html").read_text()
     assert "Live rows against distinct rows, per layer" in page

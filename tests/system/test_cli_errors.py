@@ -190,7 +190,8 @@ def test_compare_writes_every_file_and_keeps_the_old_rows(tmp_path, capsys):
     assert code == 0, err
     assert {p.name for p in results.iterdir()} == WRITTEN  # no communication without model
     runs = pd.read_csv(results / "records.csv")
-    assert runs["study"].iloc[0] == "old" and len(runs) == 3  # old row, reference, kernel
+    # the old row, then the reference and the kernel, 3 repeats each (the default)
+    assert runs["study"].iloc[0] == "old" and len(runs) == 1 + 2 * 3
     assert (results / "summary.md").read_bytes() != OLD["summary.md"]
     assert (results / "report.html").read_bytes() != OLD["report.html"]
     assert (results / "rate.png").read_bytes()[:4] == b"\x89PNG"
