@@ -92,6 +92,7 @@ network     official  pen log-sd 0.41         now
 At 65536 the survivors fall with the spread as 0.41 / 0.37 / 0.34 / 0.32 / 0.30: 2410 /
 2204 / 2079 / 2001 / 1941 (pen scale solved on 2048 rows each).  4096 stays 15% short: it
 would take a wider spread there, which would change every generated 4096 problem.
+``python benchmarks/survivors_by_size.py`` prints the table's last column (~40 s).
 Generating 60000 rows takes
 about 1.5 s (N=1024), 2.5 s (4096), 6 s (16384) and 17 s with ~3.3 GB peak memory (65536,
 393 M nonzeros) on one core.
