@@ -5,6 +5,13 @@
 * :mod:`.glyphs`: the stroke model, digit glyphs drawn into pixels a block of rows at a time.
 """
 
-from .inputs import CHALLENGE_DENSITY, CHALLENGE_NNZ, generated_source, make_inputs
+from .inputs import (
+    CHALLENGE_DENSITY,
+    CHALLENGE_NNZ,
+    CHALLENGE_SURVIVORS,
+    generated_source,
+    make_inputs,
+)
 
-__all__ = ["CHALLENGE_DENSITY", "CHALLENGE_NNZ", "generated_source", "make_inputs"]
+__all__ = ["CHALLENGE_DENSITY", "CHALLENGE_NNZ", "CHALLENGE_SURVIVORS", "generated_source",
+           "make_inputs"]

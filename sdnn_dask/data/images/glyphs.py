@@ -8,8 +8,9 @@ Catmull-Rom curves and polylines through 2-9 control points.  Per image: every c
 point is displaced by N(0, 0.045) (template height 1), the digit is slanted
 (shear N(0.12, 0.15)), rotated (N(0, 0.08) rad) and squeezed (aspect ``exp(N(0, 0.15))``),
 and drawn with a round pen whose radius is log-normal (median ``~0.043`` of the digit box,
-i.e. about 1 px at s = 32 and strokes ~2-3 px wide like the official images; log-sd 0.41;
-at least half a pixel unless the typical pen is thinner).  As in MNIST the inked bounding
+i.e. about 1 px at s = 32 and strokes ~2-3 px wide like the official images; log-sd 0.41,
+calibrated per size in :mod:`.inputs`; at least half a pixel unless the typical pen is
+thinner).  As in MNIST the inked bounding
 box is scaled to fill the central 20/28 of the frame and the strokes' centre of mass is
 moved to the centre.  The digit geometry is resolution-free: the same seed and row give
 the same digit at every ``N``.
@@ -35,7 +36,7 @@ _BOX_FRACTION = 20.0 / 28.0
 _SAMPLES_PER_UNIT = 48.0
 
 # ---- stroke model knobs (see the docstring of .inputs for how they were calibrated) ----
-_PEN_SIGMA = 0.41  # log-normal spread of the pen radius across images
+_PEN_SIGMA = 0.41  # log-normal spread of the pen radius across images (default; per size: .inputs)
 _PEN_MEDIAN = 0.044  # median pen radius relative to the digit box (rescaled to hit density)
 _JITTER = 0.045  # std of control-point displacement, in template units
 _SLANT_MEAN = 0.12
@@ -379,17 +380,18 @@ def digit_shapes(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def _place(
-    shapes: dict[str, np.ndarray], side: int, pen_scale: float
+    shapes: dict[str, np.ndarray], side: int, pen_scale: float, pen_sigma: float = _PEN_SIGMA
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per-image pen radius, scale and shift that put each digit into the pixel frame.
 
     Like MNIST, the inked bounding box is scaled (keeping the aspect ratio) to fill the
     central ``20/28`` of the frame and the strokes' centre of mass goes to the centre.
+    ``pen_sigma`` is the log-sd of the pen radius across images.
     """
     xmin, xmax, ymin, ymax, cx, cy = shapes["stats"]
     box = _BOX_FRACTION * side
     median = _PEN_MEDIAN * pen_scale
-    radius = np.minimum(median * np.exp(_PEN_SIGMA * shapes["pen_z"]), 0.4) * box
+    radius = np.minimum(median * np.exp(pen_sigma * shapes["pen_z"]), 0.4) * box
     # thin pens draw at least one-pixel-wide lines (so strokes do not vanish between pixel
     # centres), unless the typical pen itself is thinner than that (low ``density``)
     radius = np.maximum(radius, min(0.5, 0.5 * median * box))
@@ -405,10 +407,14 @@ def _place(
 
 
 def render_shapes(
-    shapes: dict[str, np.ndarray], side: int, pen_scale: float
+    shapes: dict[str, np.ndarray], side: int, pen_scale: float, pen_sigma: float = _PEN_SIGMA
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Draw a block's shapes: sorted column-major pixel indices and per-image counts."""
-    radius, scale, sx, sy = _place(shapes, side, pen_scale)
+    """Draw a block's shapes: sorted column-major pixel indices and per-image counts.
+
+    ``pen_scale`` multiplies the median pen radius, ``pen_sigma`` is the log-sd of the
+    radius across images (:data:`_PEN_SIGMA` unless a size calibrates its own).
+    """
+    radius, scale, sx, sy = _place(shapes, side, pen_scale, pen_sigma)
     n = len(radius)
     cap = int(n * side * side * 0.12) + 1024
     return _render(side, shapes["pts"], shapes["pen"], shapes["ptr"], radius, scale, sx, sy, cap)
