@@ -66,14 +66,21 @@ and :mod:`.report` (the table a report shows).
 """
 
 from .backtest import projection_table
-from .cost_model import CostModel, Prediction
-from .published_run import PUBLISHED, project_published
+from .cost_model import CostModel, Prediction, join_layer
+from .published_run import (
+    PUBLISHED,
+    format_placement,
+    place_published,
+    project_published,
+    published_survival,
+)
 from .replay import generated_profiles
-from .report import held_out_split, report_projection
+from .report import backtest_line, held_out_split, leave_one_out, report_projection
 from .survival import Survival
 from .terms import (
     ALL_TERMS,
     BLOCK_TERMS,
+    CLASS_SHARE,
     EXCHANGE_TERMS,
     KERNEL_TERMS,
     PART_TERMS,
@@ -84,6 +91,7 @@ from .terms import (
 __all__ = [
     "ALL_TERMS",
     "BLOCK_TERMS",
+    "CLASS_SHARE",
     "EXCHANGE_TERMS",
     "KERNEL_TERMS",
     "PART_TERMS",
@@ -93,9 +101,15 @@ __all__ = [
     "CostModel",
     "Prediction",
     "Survival",
+    "backtest_line",
+    "format_placement",
     "generated_profiles",
     "held_out_split",
+    "join_layer",
+    "leave_one_out",
+    "place_published",
     "project_published",
     "projection_table",
+    "published_survival",
     "report_projection",
 ]

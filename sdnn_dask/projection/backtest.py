@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .cost_model import CostModel
-from .replay import matching_profile, merged, run_settings
+from .replay import matching_profile, merged, run_settings, switched_on
 from .survival import Survival
 from .terms import PARALLEL, SERIAL
 
@@ -58,6 +58,7 @@ def projection_table(model: CostModel, runs: pd.DataFrame, layers: pd.DataFrame,
         if strategy == "data":
             kwargs["blocks"] = int(run["blocks"])
             kwargs["merge"] = merged(run)
+            kwargs["join"] = switched_on(run, "join")
             if run["partition"] in ("block", "hash"):
                 kwargs["row_partition"] = run["partition"]
         if strategy in ("model", "hybrid"):

@@ -13,12 +13,13 @@ from ..core.kernels import KernelSettings
 from .survival import Survival
 
 __all__ = ["block_profiles", "generated_profiles", "matching_profile", "merged",
-           "run_settings"]
+           "run_settings", "switched_on"]
 
 
 def run_settings(run: pd.Series, default: KernelSettings) -> KernelSettings:
     """The kernel settings of a recorded run: its ``dense_threshold``, ``chunk_bytes`` and
-    ``chunk_min_rows`` columns where the records have them, else ``default``'s. A record
+    ``chunk_min_rows`` columns where the records have them, else ``default``'s; ``dedup``
+    and ``classes`` as recorded (off in records made before they existed). A record
     with ``chunk_bytes`` but no ``chunk_min_rows`` was made before the minimum existed:
     its chunks were ``chunk_bytes`` alone (at N = 4096, 64 rows where now 256)."""
     threshold, chunk = run.get("dense_threshold"), run.get("chunk_bytes")
@@ -31,7 +32,15 @@ def run_settings(run: pd.Series, default: KernelSettings) -> KernelSettings:
     return KernelSettings(
         float(threshold) if threshold is not None and pd.notna(threshold)
         else default.dense_threshold,
-        int(chunk) if has_chunk else default.chunk_bytes, max(1, min_rows))
+        int(chunk) if has_chunk else default.chunk_bytes, max(1, min_rows),
+        switched_on(run, "dedup"), switched_on(run, "classes"))
+
+
+def switched_on(run: pd.Series, column: str) -> bool:
+    """Whether a recorded run had ``column`` (``dedup``, ``classes``, ``join``) on: an
+    empty or missing column is a record made before the switch existed, so off."""
+    value = run.get(column)
+    return value is not None and not pd.isna(value) and str(value) == "on"
 
 
 def merged(run: pd.Series) -> bool:
