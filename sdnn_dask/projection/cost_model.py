@@ -121,6 +121,9 @@ class CostModel:
     to_dense, to_sparse, to_sparse_nnz, to_sparse_call
         A chunk changing form (s per entry made dense; s per entry, per nonzero and per
         tile made sparse, also at the end of a block).
+    class_edge
+        A class step's first layer (``sdnn.kernel.classes``): s per edge scattered from
+        the sparse input rows into the tile over the classes.
     block, block_row, repack
         A block's set-up and tear-down (s per block, per input row, per entry repacked).
     part_entry, part_nnz, part_step, part_foreign
@@ -167,6 +170,7 @@ class CostModel:
     to_sparse: float = 0.0
     to_sparse_nnz: float = 0.0
     to_sparse_call: float = 0.0
+    class_edge: float = 0.0
     block: float = 0.0
     block_row: float = 0.0
     repack: float = 0.0

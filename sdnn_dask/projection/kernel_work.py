@@ -175,7 +175,8 @@ def kernel_estimate(live: np.ndarray, nnz: np.ndarray, n: int, settings: KernelS
     RadiX-Net: 1/16, :data:`~sdnn_dask.projection.terms.CLASS_SHARE`): a dense step then
     does ``weights x class_share x N`` multiply-adds a row on a tile that many columns
     wide, the first layer scatters each input nonzero into ``weights x class_share``
-    classes, and every later layer steps dense (the kernel's class step on anything but
+    classes (``class_edge``, and the tile it fills as ``to_dense``), and every later
+    layer steps dense (the kernel's class step on anything but
     sparse rows over neurons), unless ``modes`` says otherwise.
     """
     n_layers = len(live) - 1
@@ -238,8 +239,14 @@ def kernel_estimate(live: np.ndarray, nnz: np.ndarray, n: int, settings: KernelS
             w[2] = chunks
             if previous != "dense":
                 w[6] = width * rows
+        elif classes and previous == "sparse":
+            # the class step on sparse rows over neurons scatters them straight into a
+            # tile over the classes: its own cost per edge, and the tile it fills
+            w[10] = weights * class_share * nnz[k]
+            w[6] = width * rows
+            w[5] = chunks
         else:
-            w[3] = weights * class_share * nnz[k] if classes and k == 0 else weights * nnz[k]
+            w[3] = weights * nnz[k]
             w[4] = width * rows
             w[5] = chunks
             if previous == "dense":
@@ -247,7 +254,9 @@ def kernel_estimate(live: np.ndarray, nnz: np.ndarray, n: int, settings: KernelS
         # the class step's scatter writes a tile over the classes: dense from there on
         previous = "dense" if mode == "mixed" or (classes and mode == "sparse") else mode
     last = float(rows_of[-1])
-    if previous == "dense" and last > 0:
+    # a tile over neurons is made sparse rows at the end; one over classes is expanded
+    # back to neurons row by row, priced by the block's own terms
+    if previous == "dense" and last > 0 and not classes:
         block[7], block[8] = width * last, float(nnz[-1])
         block[9] = schedule.needed(last)
     block[K:] = [1.0, rows0, width * repacked]

@@ -131,6 +131,16 @@ def report_projection(runs: pd.DataFrame, layers: pd.DataFrame) -> pd.DataFrame:
         table["run_id"].map(settings).astype(float) > 1)
     table = table.assign(partition=table["partition"].where(~sparse_only,
                                                             "none (no dense step)"))
+    # runs with a switch on beside runs with it off are other configurations: said in
+    # the partition column, which the report shows
+    first = runs.drop_duplicates("run_id").set_index("run_id")
+    for switch in ("dedup", "classes", "join"):
+        if switch not in first:
+            continue
+        values = first[switch].astype(str).map(lambda v: v if v in ("on", "off") else "off")
+        if values.nunique() > 1:
+            table["partition"] = (table["partition"].astype(str) + f", {switch} "
+                                  + table["run_id"].map(values).to_numpy())
     keys = ["network", "rows", "strategy", "partition", "workers", "parts", "row_groups",
             "held_out"]
     out = (table.groupby(keys, sort=False, dropna=False)

@@ -33,6 +33,9 @@ KERNEL_TERMS = {
     "to_sparse": ("N x rows of tiles turned into sparse rows", "s per entry"),
     "to_sparse_nnz": ("nonzeros of tiles turned into sparse rows", "s per nonzero"),
     "to_sparse_call": ("tiles turned into sparse rows", "s per tile"),
+    "class_edge": ("edges scattered from sparse input rows into a tile over classes (a "
+                   "class step's first layer: input nonzeros x weights per row / 16)",
+                   "s per edge"),
 }
 #: Kernel terms per block, outside the layers (the last tiles are made sparse with the
 #: ``to_sparse*`` terms).
