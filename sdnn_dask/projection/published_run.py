@@ -13,6 +13,7 @@ from ..core.kernels import SETUP_ROWS, KernelSettings
 from .cost_model import CostModel
 from .replay import run_settings, switched_on
 from .survival import Survival
+from .terms import KERNEL_TERMS
 
 __all__ = ["PLACED", "PUBLISHED", "format_placement", "place_published",
            "project_published", "published_survival"]
@@ -164,8 +165,8 @@ def published_survival(runs: pd.DataFrame, layers: pd.DataFrame,
 
 def _recorded_settings(runs: pd.DataFrame, strategy: str,
                        default: KernelSettings) -> tuple[KernelSettings, bool]:
-    """The kernel settings and join of a strategy's most recent recorded run (the
-    largest N first): the projection prices the kernel the table ran."""
+    """The kernel settings and join of a strategy's recorded run on the largest problem
+    (N, then layers, then rows): the projection prices the kernel the table ran."""
     first = runs.drop_duplicates("run_id")
     mine = first[first["strategy"] == strategy]
     if mine.empty:
@@ -217,7 +218,7 @@ def place_published(runs: pd.DataFrame, layers: pd.DataFrame, *,
         raise ValueError("no kernel, data, model or hybrid runs with layer records "
                          "(layers.csv) to calibrate on")
     model = CostModel.calibrate(runs, layers)
-    if not model.dense_fma and not model.sparse_edge:
+    if not any(getattr(model, term) for term in KERNEL_TERMS):
         raise ValueError("the records do not determine the kernel's terms: they need "
                          "serial kernel (or one-worker data) runs with layer records")
     p = PUBLISHED
@@ -271,8 +272,8 @@ def place_published(runs: pd.DataFrame, layers: pd.DataFrame, *,
         "a part reads at most 32 inputs per own neuron (RadiX-Net), all other parts' "
         "columns when that is more",
         f"survival: {profile.source}",
-        "identical rows and neurons computed once as each strategy's most recent run "
-        "recorded (dedup, classes, join)",
+        "identical rows and neurons computed once as each strategy's run on the largest "
+        "recorded problem was (dedup, classes, join)",
     ]
     return table
 
