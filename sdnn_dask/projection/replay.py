@@ -7,13 +7,14 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+import numpy as np
 import pandas as pd
 
 from ..core.kernels import KernelSettings
 from .survival import Survival
 
-__all__ = ["block_profiles", "generated_profiles", "matching_profile", "merged",
-           "run_settings", "switched_on"]
+__all__ = ["PROFILE_EDGES", "block_profiles", "generated_profiles", "matching_profile",
+           "merged", "run_settings", "switched_on"]
 
 
 def run_settings(run: pd.Series, default: KernelSettings) -> KernelSettings:
@@ -85,6 +86,12 @@ def block_profiles(run: pd.Series,
 _GENERATED = re.compile(r"^radixnet-(\d+)-(\d+)-s(\d+)$")
 
 
+#: Largest network (edges) whose runs' profiles :func:`generated_profiles` makes again:
+#: 4096-480's (63 M edges, about 1 GB with its transposes); a larger one would be
+#: generated and held for a profile its runs' own layer records give as well.
+PROFILE_EDGES = 32 * 4096 * 480
+
+
 def generated_profiles(runs: pd.DataFrame) -> dict[tuple[int, int, int], Survival]:
     """Per-row survival profiles of the generated problems of ``runs``, made again.
 
@@ -92,13 +99,20 @@ def generated_profiles(runs: pd.DataFrame) -> dict[tuple[int, int, int], Surviva
     ``radixnet-{N}-{L}-s{seed}`` and the inputs' row count): its inputs are generated
     again and run once through the network (:meth:`Survival.measure`; no timing used).
     Problems read from challenge files are left out (their profile is then estimated from
-    their own layer records).
+    their own layer records), and so are problems none of whose runs stepped every live
+    row and neuron (``dedup`` or ``classes`` on: the exact replay a per-row profile
+    serves does not price them) and networks over :data:`PROFILE_EDGES` edges.
     """
     from ..data.images import generated_source, make_inputs
     from ..data.radixnet import make_network
 
     profiles: dict[tuple[int, int, int], Survival] = {}
-    first = runs.drop_duplicates(["network", "inputs"])
+    first = runs.drop_duplicates("run_id")
+    plain = [not switched_on(run, "dedup") and not switched_on(run, "classes")
+             for _, run in first.iterrows()]
+    first = first[np.array(plain, bool)] if len(first) else first
+    first = first[pd.to_numeric(first["edges"], errors="coerce") <= PROFILE_EDGES]
+    first = first.drop_duplicates(["network", "inputs"])
     for _, run in first.iterrows():
         match = _GENERATED.match(str(run["network"]))
         source = str(run.get("source", "generated"))
@@ -111,5 +125,5 @@ def generated_profiles(runs: pd.DataFrame) -> dict[tuple[int, int, int], Surviva
         rows = int(run["inputs"])
         network = make_network(n, n_layers, seed=seed)
         inputs = make_inputs(rows, n, seed=seed, order=orders[source])
-        profiles[n, n_layers, rows] = Survival.measure(network, inputs)
+        profiles[n, n_layers, rows] = Survival.measure(network, inputs, dedup=False)
     return profiles
