@@ -480,7 +480,15 @@ class CostModel:
             raise ValueError(f"blocks must be >= 1, got {blocks}")
         settings = settings or self.settings
         shares = survival.split(int(blocks), row_partition) if blocks > 1 else [survival]
-        return np.array([self._block_seconds(s, settings, layers) for s in shares])
+        if survival.counts is not None:
+            return np.array([self._block_seconds(s, settings, layers) for s in shares])
+        # an aggregated profile's shares differ only in their rows: each size priced once
+        # (896 blocks of 1920 layers in the published run)
+        priced: dict[int, float] = {}
+        for s in shares:
+            if s.rows not in priced:
+                priced[s.rows] = self._block_seconds(s, settings, layers)
+        return np.array([priced[s.rows] for s in shares])
 
     def _block_seconds(self, share: Survival, settings: KernelSettings,
                        layers: int | None = None) -> float:
