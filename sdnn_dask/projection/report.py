@@ -71,7 +71,8 @@ def leave_one_out(runs: pd.DataFrame, layers: pd.DataFrame,
     Raises
     ------
     ValueError
-        When there is no kernel run, or too few kinds of runs to calibrate on.
+        When there is no kernel run, nothing but kernel runs (nothing to hold out), or
+        too few kinds of runs to calibrate on.
     """
     config = configurations(runs)
     first = runs.drop_duplicates("run_id").set_index("run_id")
@@ -79,6 +80,9 @@ def leave_one_out(runs: pd.DataFrame, layers: pd.DataFrame,
     if not len(kernel):
         raise ValueError("a projection of one problem needs serial kernel runs: their "
                          "layers calibrate the kernel's terms")
+    if set(config.drop(kernel)) == set():
+        raise ValueError("one problem with serial kernel runs only: nothing to hold out "
+                         "(a projection needs data, model or hybrid runs beside them)")
     every = CostModel.calibrate(runs, layers, profiles=profiles)
     tables = [projection_table(every, runs[runs["run_id"].isin(kernel)], layers,
                                profiles=profiles)]

@@ -256,6 +256,9 @@ def test_report_projection_of_one_dedup_problem_holds_out_each_configuration(ded
     assert (table["projected_s"] > 0).all()
     assert table.attrs["backtest"].startswith(f"{int((held['error_pct'].abs() <= 20).sum())}"
                                               " of 5 held-out configurations within 20%")
+    serial = runs[runs["strategy"] == "kernel"]
+    with pytest.raises(ValueError, match="nothing to hold out"):
+        report_projection(serial, layers)
 
 
 def test_compare_says_the_projection(dedup_study):
