@@ -8,6 +8,8 @@ import argparse
 import sys
 from pathlib import Path
 
+import pandas as pd
+
 from .. import records
 from ..report import outputs, summary_markdown
 from ..report.published import beside_published, format_published
@@ -35,4 +37,18 @@ def cmd_report(args: argparse.Namespace) -> int:
             layers = None
         print()
         print(format_published(beside_published(table, layers), table))
+        print()
+        print(_placement(folder, table))
     return 0
+
+
+def _placement(folder: Path, table: pd.DataFrame) -> str:
+    """The recorded strategies projected onto the published run's 32 nodes
+    (:func:`~sdnn_dask.projection.place_published`), or why not."""
+    from ..projection import format_placement, place_published
+
+    try:
+        layers = records.read_records(folder, "layers")
+        return format_placement(place_published(table, layers))
+    except (OSError, ValueError) as error:
+        return f"no projection onto the published run's cluster: {error}"

@@ -46,6 +46,13 @@ pieces sent between workers for layer ``l`` (predicted from the level's rows and
 nonzeros and the slab encoding: 8 bytes a row id, then 8 bytes a nonzero, or a dense
 tile of 4 bytes an entry once half the entries are nonzero).
 
+**Identical rows and neurons computed once** (``sdnn.kernel.dedup``, ``.classes``; a run's
+``dedup``/``classes`` columns): every term counts a level's distinct rows
+(:attr:`Survival.distinct`, the records' ``distinct_out``) in place of its live rows; with
+classes a dense step works on ``N / 16`` classes (:data:`CLASS_SHARE`) and the first
+layer's scatter into them is priced by ``class_edge``; a data-parallel run that joined
+(``join``) steps its deep layers once, on one worker (:func:`join_layer`).
+
 **The survival profile** (:class:`Survival`) supplies the rows and nonzeros alive at
 every level, which is what the work depends on. Either per row (exact: the kernel's chunk
 schedule is then replayed chunk by chunk, modes and form changes included), measured by
@@ -61,19 +68,27 @@ survival profile), :mod:`.kernel_work` and :mod:`.part_work` (the work of a seri
 of a model-parallel part, in the terms' units), :mod:`.replay` (a recorded run read back:
 its settings and profiles), :mod:`.calibration` (fitting the coefficients on records),
 :mod:`.cost_model` (the model and its predictions), :mod:`.backtest` (every recorded run
-projected against its measurement), :mod:`.published_run` (the published 65536-neuron run)
-and :mod:`.report` (the table a report shows).
+projected against its measurement), :mod:`.published_run` (the published 65536-neuron run,
+and every recorded strategy placed on its 32 nodes) and :mod:`.report` (the table a
+report shows, its held-out rule and backtest).
 """
 
 from .backtest import projection_table
-from .cost_model import CostModel, Prediction
-from .published_run import PUBLISHED, project_published
+from .cost_model import CostModel, Prediction, join_layer
+from .published_run import (
+    PUBLISHED,
+    format_placement,
+    place_published,
+    project_published,
+    published_survival,
+)
 from .replay import generated_profiles
-from .report import held_out_split, report_projection
+from .report import backtest_line, held_out_split, leave_one_out, report_projection
 from .survival import Survival
 from .terms import (
     ALL_TERMS,
     BLOCK_TERMS,
+    CLASS_SHARE,
     EXCHANGE_TERMS,
     KERNEL_TERMS,
     PART_TERMS,
@@ -84,6 +99,7 @@ from .terms import (
 __all__ = [
     "ALL_TERMS",
     "BLOCK_TERMS",
+    "CLASS_SHARE",
     "EXCHANGE_TERMS",
     "KERNEL_TERMS",
     "PART_TERMS",
@@ -93,9 +109,15 @@ __all__ = [
     "CostModel",
     "Prediction",
     "Survival",
+    "backtest_line",
+    "format_placement",
     "generated_profiles",
     "held_out_split",
+    "join_layer",
+    "leave_one_out",
+    "place_published",
     "project_published",
     "projection_table",
+    "published_survival",
     "report_projection",
 ]

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .cost_model import CostModel
-from .replay import matching_profile, merged, run_settings
+from .replay import matching_profile, merged, run_settings, switched_on
 from .survival import Survival
 from .terms import PARALLEL, SERIAL
 
@@ -26,8 +26,9 @@ def projection_table(model: CostModel, runs: pd.DataFrame, layers: pd.DataFrame,
 
     Each run is projected with the model from its own configuration and a survival
     profile of its own inputs: the per-row one in ``profiles`` (by ``(neurons, layers,
-    inputs)``, or one with more layers and rows, cut down) when given, else the aggregated
-    profile read off the run's own layer records (:meth:`Survival.from_records`). So the
+    inputs)``, or one with more layers and rows, cut down) when given and the run stepped
+    every live row and neuron, else the aggregated profile read off the run's own layer
+    records (:meth:`Survival.from_records`, with its distinct rows). So the
     table tests the time model, not the extrapolation of survival. Model and hybrid runs
     are projected with the share of the other parts' columns their partition made each
     part read, layer by layer (``columns_in`` of the layer records, mean over the parts:
@@ -49,15 +50,18 @@ def projection_table(model: CostModel, runs: pd.DataFrame, layers: pd.DataFrame,
         if strategy not in (*SERIAL, *PARALLEL):
             continue
         n, n_layers, inputs = int(run["neurons"]), int(run["layers"]), int(run["inputs"])
+        settings = run_settings(run, model.settings)
         profile = matching_profile(profiles, n, n_layers, inputs)
-        if profile is None:
+        if profile is None or settings.dedup or settings.classes:
+            # (identical rows or neurons computed once: the run's own distinct rows)
             profile = Survival.from_records(runs, layers, rid, input_density=input_density)
         kwargs: dict[str, Any] = {"workers": int(run["workers"]), "neurons": n,
                                   "layers": n_layers, "rows": inputs, "survival": profile,
-                                  "settings": run_settings(run, model.settings)}
+                                  "settings": settings}
         if strategy == "data":
             kwargs["blocks"] = int(run["blocks"])
             kwargs["merge"] = merged(run)
+            kwargs["join"] = switched_on(run, "join")
             if run["partition"] in ("block", "hash"):
                 kwargs["row_partition"] = run["partition"]
         if strategy in ("model", "hybrid"):

@@ -14,9 +14,9 @@ from scipy.optimize import nnls
 from ..core.kernels import KernelSettings
 from .kernel_work import kernel_estimate, kernel_schedule
 from .part_work import part_work, parts_per_core
-from .replay import block_profiles, merged, run_settings
+from .replay import block_profiles, merged, run_settings, switched_on
 from .survival import Survival, mean_input_density
-from .terms import BLOCK_TERMS, KERNEL_TERMS, PARALLEL, PART_TERMS, SERIAL
+from .terms import BLOCK_TERMS, KERNEL_TERMS, PARALLEL, PART_TERMS, SERIAL, class_share
 
 __all__ = ["fitted_coefficients"]
 
@@ -59,6 +59,8 @@ def fitted_coefficients(runs: pd.DataFrame, layers: pd.DataFrame, *,
         per_block = block_profiles(run, profiles)
         alone = run["strategy"] == "kernel" or min(int(run["workers"]),
                                                    int(run["blocks"])) == 1
+        if not alone and switched_on(run, "join"):  # block seconds hold joined shares
+            continue
         block_rows = blocks_of[rid].set_index("block")
         for b, trace in traces[rid].groupby("block"):
             work, block, usable = _block_work_from_records(
@@ -87,8 +89,9 @@ def fitted_coefficients(runs: pd.DataFrame, layers: pd.DataFrame, *,
     for rid, run in first.iterrows():
         trace = traces.get(rid)
         blocks = blocks_of[rid]
-        if run["strategy"] == "data":
-            # a worker's blocks' compute_s add up to its task's (merged or not)
+        if run["strategy"] == "data" and not switched_on(run, "join"):
+            # a worker's blocks' compute_s add up to its task's (merged or not); joined
+            # runs' blocks hold shares of the joined deep layers, not a critical path
             per_worker = blocks.groupby("worker")["compute_s"].sum()
             data_x.append([1.0, _output_nnz(trace, int(run["layers"]))])
             data_y.append(float(run["wall_s"]) - float(per_worker.max()))
@@ -254,6 +257,11 @@ def _block_work_from_records(trace: pd.DataFrame, n: int, n_layers: int,
     rows_out = trace["rows_out"].to_numpy(float)
     nnz_out = trace["nnz_out"].to_numpy(float)
     modes = trace["mode"].astype(str).tolist()
+    distinct = _distinct(trace, settings)
+    if settings.classes or distinct is not None:
+        # identical rows or neurons computed once: the exact replay steps every live
+        # row, one value per neuron, so the work is estimated from the recorded levels
+        profile = None
     if profile is not None and profile.layers >= n_layers:
         share = profile.extended(n_layers)
         counts, levels = share.row_counts()
@@ -264,8 +272,22 @@ def _block_work_from_records(trace: pd.DataFrame, n: int, n_layers: int,
     live = np.concatenate([[rows_in[0] if len(rows_in) else 0.0], rows_out])
     nnz0 = live[0] * n * mean_input_density(n, input_density)
     nnz = np.concatenate([[nnz0], nnz_out])
-    work, block, _, usable = kernel_estimate(live, nnz, n, settings, weights, modes)
+    work, block, _, usable = kernel_estimate(
+        live, nnz, n, settings, weights, modes,
+        distinct=None if distinct is None else np.concatenate([live[:1], distinct]),
+        class_share=class_share(settings.classes))
     return work, block, usable
+
+
+def _distinct(trace: pd.DataFrame, settings: KernelSettings) -> np.ndarray | None:
+    """Distinct rows out of each layer of one block or part, where identical rows were
+    computed once and the records count them (``distinct_out``), else ``None``."""
+    if not settings.dedup or "distinct_out" not in trace:
+        return None
+    distinct = pd.to_numeric(trace["distinct_out"], errors="coerce").to_numpy(float)
+    if not len(distinct) or np.isnan(distinct).any():
+        return None
+    return np.minimum(distinct, trace["rows_out"].to_numpy(float))
 
 
 def _part_work_from_records(trace: pd.DataFrame, n: int, k: int, weights: float,
@@ -276,9 +298,15 @@ def _part_work_from_records(trace: pd.DataFrame, n: int, k: int, weights: float,
     regressors, and the step's seconds."""
     out = []
     n_out = n / k
-    own = {}
-    for (block, layer), nnz in trace.set_index(["block", "layer"])["nnz_out"].items():
-        own[(int(block), int(layer))] = float(nnz)
+    share = class_share(settings.classes)
+    own, computed = {}, {}
+    dedup = settings.dedup and "distinct_out" in trace
+    for row in trace.itertuples(index=False):
+        key = (int(row.block), int(row.layer))
+        own[key] = float(row.nnz_out)
+        live = float(row.rows_out)
+        distinct = float(row.distinct_out) if dedup and pd.notna(row.distinct_out) else live
+        computed[key] = (min(distinct, live), live)
     for row in trace.itertuples(index=False):
         mode = str(row.mode)
         if mode not in ("dense", "sparse"):
@@ -287,14 +315,19 @@ def _part_work_from_records(trace: pd.DataFrame, n: int, k: int, weights: float,
         columns = float(row.columns_in) if pd.notna(row.columns_in) else 0.0
         n_in = columns + n_out
         layer, block = int(row.layer), int(row.block)
+        rows, kept = float(row.rows_in), 1.0  # rows computed; their share of the live
         if layer == 1:
             mine = foreign * n_out / columns if columns else (
                 float(row.rows_in) * n_out * mean_input_density(n, input_density))
         else:
             mine = own.get((block, layer - 1), 0.0)
+            distinct, live = computed.get((block, layer - 1), (rows, rows))
+            if live > 0 and distinct < live:  # identical rows computed (and sent) once
+                kept, rows = distinct / live, distinct
+                mine *= kept
         read = mine + foreign
-        kw, pw, _ = part_work(float(row.rows_in), read, float(row.nnz_out), n_in, n_out,
-                              weights * n_out / n_in, settings, mode)
+        kw, pw, _ = part_work(rows, read, float(row.nnz_out) * kept, n_in, n_out,
+                              weights * n_out / n_in, settings, mode, class_share=share)
         out.append((kw, pw, float(row.seconds)))
     return out
 

@@ -21,9 +21,36 @@ from .calibration import fitted_coefficients
 from .kernel_work import kernel_estimate, kernel_schedule
 from .part_work import part_chunk_rows, part_slots, part_work, parts_per_core, payload
 from .survival import Survival
-from .terms import ALL_TERMS, BLOCK_TERMS, KERNEL_TERMS, PARALLEL, PART_TERMS, SERIAL
+from .terms import (
+    ALL_TERMS,
+    BLOCK_TERMS,
+    KERNEL_TERMS,
+    PARALLEL,
+    PART_TERMS,
+    SERIAL,
+    class_share,
+)
 
-__all__ = ["CostModel", "Prediction"]
+__all__ = ["CostModel", "Prediction", "join_layer"]
+
+
+def join_layer(live: Sequence[float] | np.ndarray, stable: float = 0.9) -> int:
+    """Layers a joined data-parallel run's workers step apart (0-based index of the first
+    joined layer), from a profile's live rows per level: the kernel's early passes stop
+    once at most a 16th of their rows are live, or after two layers in a row each leave
+    at least ``stable`` of the rows they took (:func:`~sdnn_dask.core.kernels.
+    run_early_layers`, with :class:`~sdnn_dask.core.kernels.dedup.DedupPolicy`'s
+    ``stable``)."""
+    live = np.asarray(live, float)
+    n_layers = len(live) - 1
+    stop = max(1.0, live[0] // 16)
+    k = steady = 0
+    while k < n_layers and steady < 2:
+        if live[k] <= stop:
+            break
+        steady = steady + 1 if k and live[k + 1] >= stable * live[k] else 0
+        k += 1
+    return k
 
 
 @dataclass(frozen=True)
@@ -94,6 +121,9 @@ class CostModel:
     to_dense, to_sparse, to_sparse_nnz, to_sparse_call
         A chunk changing form (s per entry made dense; s per entry, per nonzero and per
         tile made sparse, also at the end of a block).
+    class_edge
+        A class step's first layer (``sdnn.kernel.classes``): s per edge scattered from
+        the sparse input rows into the tile over the classes.
     block, block_row, repack
         A block's set-up and tear-down (s per block, per input row, per entry repacked).
     part_entry, part_nnz, part_step, part_foreign
@@ -140,6 +170,7 @@ class CostModel:
     to_sparse: float = 0.0
     to_sparse_nnz: float = 0.0
     to_sparse_call: float = 0.0
+    class_edge: float = 0.0
     block: float = 0.0
     block_row: float = 0.0
     repack: float = 0.0
@@ -266,7 +297,7 @@ class CostModel:
                 row_partition: str = "block",
                 cross_fraction: float | Sequence[float] = 1.0,
                 speed: float = 1.0, settings: KernelSettings | None = None,
-                merge: bool = True) -> Prediction:
+                merge: bool = True, join: bool = False) -> Prediction:
         """Predict a run's seconds and their terms.
 
         Parameters
@@ -302,6 +333,13 @@ class CostModel:
             beyond its end): the share varies much from layer to layer (at N = 4096 a
             hashed part reads 32 of the other part's 2048 columns in layer 1, all of
             them in layer 7), and the heavy first layers must be priced with their own.
+        join
+            Data parallelism on several workers: every worker's survivors go on together
+            on one worker after the early layers (``sdnn.data-parallel.join``, weights
+            streamed from a store), so the deep layers are stepped once, by one worker
+            (their identical rows merged across workers), after the slowest worker's
+            early layers. The join comes where the kernel's passes stop
+            (:func:`join_layer`).
         speed
             Speed of the predicted cores relative to the calibration machine's (2 halves
             every compute term; exchange and overheads are not scaled).
@@ -326,19 +364,25 @@ class CostModel:
         edges = self.weights_per_row * n * layers
         if strategy in SERIAL or strategy == "data":
             n_blocks = 1 if strategy in SERIAL else int(blocks or workers)
+            joined = strategy == "data" and join and min(n_blocks, workers) > 1
+            at = join_layer(profile.live) if joined else layers
             if strategy == "data" and n_blocks > workers and merge:
                 # a worker's blocks run merged (sdnn.data-parallel.merge-blocks): as one
                 # block of their rows (their early layers, run apart, are not modelled)
                 shares = profile.split(n_blocks, row_partition)
                 times = np.array([self._block_seconds(profile.union(shares[w::workers]),
-                                                      settings) for w in range(workers)])
+                                                      settings, at)
+                                  for w in range(workers)])
             else:
-                times = self.block_seconds(profile, n_blocks, row_partition, settings)
+                times = self.block_seconds(profile, n_blocks, row_partition, settings, at)
             if strategy == "data" and min(n_blocks, workers) > 1:
                 times = times * self.busy
             per_worker = np.zeros(workers if strategy == "data" else 1)
             for b, t in enumerate(times / speed):  # round robin, as client.scatter does
                 per_worker[b % len(per_worker)] += t
+            if joined:  # the deep layers: every survivor, on one worker, the others idle
+                per_worker[:] = per_worker.max() + self._deep_seconds(profile, settings,
+                                                                      at) / speed
             overhead = 0.0
             if strategy == "data":
                 overhead = (self.data_run + self.data_gather * float(profile.nnz[-1]))
@@ -367,13 +411,18 @@ class CostModel:
             remote = [len({int(slots[g, q]) for q in range(k) if q != p} - {int(slots[g, p])})
                       for p in range(k)]
             made_by = "sparse"  # level 0 is cut from the input rows, 256-row blocks
+            if settings.dedup:  # only distinct rows are computed and exchanged
+                rows_at, nnz_at = part_share.computed, part_share.computed_nnz
+            else:
+                rows_at, nnz_at = part_share.live, part_share.nnz
             for layer in range(layers):
-                rows_in, level = float(part_share.live[layer]), float(part_share.nnz[layer])
+                rows_in, level = float(rows_at[layer]), float(nnz_at[layer])
                 fraction = float(fractions[layer])
                 n_in = n_out + fraction * (n - n_out)
                 kw, pw, mode = part_work(rows_in, level * n_in / n,
-                                         float(part_share.nnz[layer + 1]) / k, n_in, n_out,
-                                         self.weights_per_row * n_out / n_in, settings)
+                                         float(nnz_at[layer + 1]) / k, n_in, n_out,
+                                         self.weights_per_row * n_out / n_in, settings,
+                                         class_share=class_share(settings.classes))
                 seconds = factor * float(kw @ kvec) + float(pw @ pvec) / speed
                 step[layer] += seconds * slowdown / len(shares)  # the mean part step
                 block_rows = (part_chunk_rows(n_in, n_out, settings) if made_by == "dense"
@@ -406,33 +455,60 @@ class CostModel:
     def _block_work(self, share: Survival, settings: KernelSettings
                     ) -> tuple[np.ndarray, np.ndarray, list[str]]:
         n = share.neurons
-        if share.counts is not None:
+        merged = (settings.dedup and share.distinct is not None
+                  and bool((np.asarray(share.distinct) < np.asarray(share.live)).any()))
+        if share.counts is not None and not settings.classes and not merged:
             counts, levels = share.row_counts()
             return kernel_schedule(counts, levels, n, settings, self.weights_per_row)
-        work, block, modes, _ = kernel_estimate(share.live, share.nnz, n, settings,
-                                                self.weights_per_row)
+        # identical rows or neurons computed once: estimated from the level totals (the
+        # exact replay steps every live row, one value per neuron)
+        work, block, modes, _ = kernel_estimate(
+            share.live, share.nnz, n, settings, self.weights_per_row,
+            distinct=share.distinct if settings.dedup else None,
+            class_share=class_share(settings.classes))
         return work, block, modes
 
     def block_seconds(self, survival: Survival, blocks: int = 1,
                       row_partition: str = "block",
-                      settings: KernelSettings | None = None) -> np.ndarray:
+                      settings: KernelSettings | None = None,
+                      layers: int | None = None) -> np.ndarray:
         """Predicted ``compute_s`` of each of ``blocks`` row blocks of ``survival``'s rows,
         each run alone by the serial kernel (data parallelism multiplies them by
-        :attr:`busy` when several workers compute at once)."""
+        :attr:`busy` when several workers compute at once); with ``layers``, of their
+        first ``layers`` layers only (and the block's own terms)."""
         if int(blocks) < 1:
             raise ValueError(f"blocks must be >= 1, got {blocks}")
         settings = settings or self.settings
         shares = survival.split(int(blocks), row_partition) if blocks > 1 else [survival]
-        return np.array([self._block_seconds(s, settings) for s in shares])
+        if survival.counts is not None:
+            return np.array([self._block_seconds(s, settings, layers) for s in shares])
+        # an aggregated profile's shares differ only in their rows: each size priced once
+        # (896 blocks of 1920 layers in the published run)
+        priced: dict[int, float] = {}
+        for s in shares:
+            if s.rows not in priced:
+                priced[s.rows] = self._block_seconds(s, settings, layers)
+        return np.array([priced[s.rows] for s in shares])
 
-    def _block_seconds(self, share: Survival, settings: KernelSettings) -> float:
-        """Predicted ``compute_s`` of one block of the serial kernel, alone."""
+    def _block_seconds(self, share: Survival, settings: KernelSettings,
+                       layers: int | None = None) -> float:
+        """Predicted ``compute_s`` of one block of the serial kernel, alone (its first
+        ``layers`` layers, default all)."""
         if share.rows == 0 or share.live[0] == 0:
             return float(self.block)
         work, block, _ = self._block_work(share, settings)
         kvec = self._vector(KERNEL_TERMS)
-        return float((work @ kvec).sum() + block @ np.concatenate(
+        return float((work[:layers] @ kvec).sum() + block @ np.concatenate(
             [kvec, self._vector(BLOCK_TERMS)]))
+
+    def _deep_seconds(self, survival: Survival, settings: KernelSettings,
+                      start: int) -> float:
+        """Predicted seconds of layers ``start + 1`` on of all of ``survival``'s rows in
+        one block (a joined data-parallel run's deep layers)."""
+        if start >= survival.layers or survival.live[0] == 0:
+            return 0.0
+        work, _, _ = self._block_work(survival, settings)
+        return float((work[start:] @ self._vector(KERNEL_TERMS)).sum())
 
     def block_layers(self, share: Survival, settings: KernelSettings | None = None
                      ) -> pd.DataFrame:

@@ -154,7 +154,8 @@ def kernel_schedule(counts: np.ndarray, levels: np.ndarray, n: int,
 
 
 def kernel_estimate(live: np.ndarray, nnz: np.ndarray, n: int, settings: KernelSettings,
-                    weights: float, modes: Sequence[str] | None = None
+                    weights: float, modes: Sequence[str] | None = None, *,
+                    distinct: np.ndarray | None = None, class_share: float = 1.0
                     ) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
     """The regressors of :func:`kernel_schedule` estimated from a block's per-level live
     rows and nonzeros (no per-row counts).
@@ -166,11 +167,31 @@ def kernel_estimate(live: np.ndarray, nnz: np.ndarray, n: int, settings: KernelS
     when the mode changes. Returns also, per layer, whether the estimate is good enough to
     fit on (``False``: a ``mixed`` layer, or one after it, where the form of each chunk
     is unknown).
+
+    ``distinct`` (per level, where identical rows are computed once: ``sdnn.kernel.
+    dedup``) are the rows each layer actually steps, with their share of the level's
+    nonzeros; default every live row. ``class_share`` is the share of a layer's output
+    neurons computed where equal columns are computed once (``sdnn.kernel.classes``;
+    RadiX-Net: 1/16, :data:`~sdnn_dask.projection.terms.CLASS_SHARE`): a dense step then
+    does ``weights x class_share x N`` multiply-adds a row on a tile that many columns
+    wide, the first layer scatters each input nonzero into ``weights x class_share``
+    classes (``class_edge``, and the tile it fills as ``to_dense``), and every later
+    layer steps dense (the kernel's class step on anything but
+    sparse rows over neurons), unless ``modes`` says otherwise.
     """
     n_layers = len(live) - 1
     schedule = settings.schedule(n, n_layers)  # the kernel's rules, on the level totals
     cr = schedule.chunk_rows
-    w_layer = weights * n
+    classes = class_share < 1.0
+    width = n * class_share  # columns of a tile: neurons, or classes
+    w_layer = weights * width
+    live = np.asarray(live, float)
+    nnz = np.asarray(nnz, float)
+    if distinct is not None:  # the rows stepped, and their nonzeros
+        rows_of = np.minimum(np.asarray(distinct, float), live)
+        nnz = nnz * np.divide(rows_of, live, out=np.ones_like(live), where=live > 0)
+    else:
+        rows_of = live
     work = np.zeros((n_layers, K))
     usable = np.ones(n_layers, bool)
     names: list[str] = []
@@ -187,7 +208,7 @@ def kernel_estimate(live: np.ndarray, nnz: np.ndarray, n: int, settings: KernelS
     chunks = schedule.needed(rows0)
     previous = "sparse"  # the inputs arrive as sparse rows
     for k in range(n_layers):
-        rows = float(live[k])
+        rows = float(rows_of[k])
         if k == early and rows:
             if previous == "dense":
                 repacked += rows
@@ -204,6 +225,8 @@ def kernel_estimate(live: np.ndarray, nnz: np.ndarray, n: int, settings: KernelS
         per_chunk = rows / chunks
         if modes is not None:
             mode = modes[k]
+        elif classes:
+            mode = "sparse" if k == 0 else "dense"
         else:
             mode = "dense" if schedule.dense_due(nnz[k], rows, per_chunk) else "sparse"
         names.append(mode)
@@ -215,16 +238,26 @@ def kernel_estimate(live: np.ndarray, nnz: np.ndarray, n: int, settings: KernelS
             w[1] = w_layer * chunks * math.ceil(per_chunk / ROW_TILE)
             w[2] = chunks
             if previous != "dense":
-                w[6] = n * rows
+                w[6] = width * rows
+        elif classes and previous == "sparse":
+            # the class step on sparse rows over neurons scatters them straight into a
+            # tile over the classes: its own cost per edge, and the tile it fills
+            w[10] = weights * class_share * nnz[k]
+            w[6] = width * rows
+            w[5] = chunks
         else:
             w[3] = weights * nnz[k]
-            w[4] = n * rows
+            w[4] = width * rows
             w[5] = chunks
             if previous == "dense":
-                w[7], w[8], w[9] = n * rows, nnz[k], chunks
-        previous = "dense" if mode == "mixed" else mode
-    if previous == "dense" and live[-1] > 0:
-        block[7], block[8] = n * float(live[-1]), float(nnz[-1])
-        block[9] = schedule.needed(float(live[-1]))
-    block[K:] = [1.0, rows0, n * repacked]
+                w[7], w[8], w[9] = width * rows, nnz[k], chunks
+        # the class step's scatter writes a tile over the classes: dense from there on
+        previous = "dense" if mode == "mixed" or (classes and mode == "sparse") else mode
+    last = float(rows_of[-1])
+    # a tile over neurons is made sparse rows at the end; one over classes is expanded
+    # back to neurons row by row, priced by the block's own terms
+    if previous == "dense" and last > 0 and not classes:
+        block[7], block[8] = width * last, float(nnz[-1])
+        block[9] = schedule.needed(last)
+    block[K:] = [1.0, rows0, width * repacked]
     return work, block, names, usable

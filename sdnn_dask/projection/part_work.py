@@ -25,10 +25,14 @@ def part_chunk_rows(n_in: float, n_out: float, settings: KernelSettings) -> int:
 
 
 def part_work(rows: float, nnz_read: float, nnz_out: float, n_in: float, n_out: float,
-              weights: float, settings: KernelSettings, mode: str | None = None
-              ) -> tuple[np.ndarray, np.ndarray, str]:
+              weights: float, settings: KernelSettings, mode: str | None = None,
+              class_share: float = 1.0) -> tuple[np.ndarray, np.ndarray, str]:
     """Kernel and part regressors of one part's layer step (:data:`KERNEL_TERMS`,
-    :data:`PART_TERMS`); ``weights`` per input row of the part's slice of the layer."""
+    :data:`PART_TERMS`); ``weights`` per input row of the part's slice of the layer;
+    ``rows`` the rows it computes (distinct ones, where identical rows are computed
+    once). With ``class_share`` < 1 (``sdnn.kernel.classes``) a dense step computes that
+    share of its outputs, one per class, and copies the rest (the copy is in the part's
+    per-entry output term)."""
     k_work = np.zeros(K)
     p_work = np.zeros(len(PART_TERMS))
     if rows <= 0 or n_out <= 0:
@@ -42,8 +46,8 @@ def part_work(rows: float, nnz_read: float, nnz_out: float, n_in: float, n_out: 
         cr = part_chunk_rows(n_in, n_out, settings)
         full, rest = divmod(rows, cr)
         tiles = full * math.ceil(cr / ROW_TILE) + (math.ceil(rest / ROW_TILE) if rest else 0)
-        k_work[0] = w_part * rows
-        k_work[1] = w_part * tiles
+        k_work[0] = w_part * class_share * rows
+        k_work[1] = w_part * class_share * tiles
         p_work[0] = 2.0 * n_out * rows  # the own columns: copied row-aligned; the output
         p_work[3] = max(0.0, n_in - n_out) * rows  # the pieces: zeroed, then scattered
     else:

@@ -7,12 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
-from ..core.kernels import SETUP_ROWS
+from ..core.kernels import SETUP_ROWS, KernelSettings
 from .cost_model import CostModel
+from .replay import run_settings, switched_on
 from .survival import Survival
+from .terms import KERNEL_TERMS
 
-__all__ = ["PUBLISHED", "project_published"]
+__all__ = ["PLACED", "PUBLISHED", "format_placement", "place_published",
+           "project_published", "published_survival"]
 
 #: The published run projected by :func:`project_published` (Mofrad et al., HPEC 2020).
 PUBLISHED = {"neurons": 65536, "layers": 1920, "edges": 4_026_531_840, "inputs": 60000,
@@ -128,4 +132,166 @@ def _carry_over(base: Survival, neurons: int) -> Survival:
                         where=live > 0)
     return Survival(int(neurons), base.live.copy(),
                     np.round(live * density * neurons).astype(np.int64), base.rows, None,
-                    f"{base.source}, carried over to N = {neurons}")
+                    f"{base.source}, carried over to N = {neurons}",
+                    distinct=None if base.distinct is None else base.distinct.copy())
+
+
+#: Strategies :func:`place_published` projects, in the order it prints them.
+PLACED = ("kernel", "data", "model", "hybrid")
+
+
+def published_survival(runs: pd.DataFrame, layers: pd.DataFrame,
+                       model: CostModel | None = None,
+                       input_density: float | None = None) -> Survival:
+    """The survival profile of the published problem read off records: the aggregated
+    profile (live and distinct rows per level) of the recorded N = 65536 kernel or data
+    run with the most layers and rows, else of any strategy's; without an N = 65536
+    run, ``model``'s profile of its largest N carried over (as :func:`project_published`
+    does). ``input_density`` as :meth:`Survival.from_records`'s."""
+    n = PUBLISHED["neurons"]
+    first = runs.drop_duplicates("run_id")
+    mine = first[(first["neurons"] == n) & first["run_id"].isin(layers["run_id"])]
+    if len(mine):
+        serial = mine[mine["strategy"].isin(["kernel", "data"])]
+        pool = serial if len(serial) else mine
+        top = pool.sort_values(["layers", "inputs"]).iloc[-1]
+        return Survival.from_records(runs, layers, top["run_id"],
+                                     input_density=input_density)
+    if model is None or not model.profiles:
+        raise ValueError(f"no N = {n} run in the records and no model profile to carry "
+                         "over")
+    return _carry_over(model.profiles[max(model.profiles)], n)
+
+
+def _recorded_settings(runs: pd.DataFrame, strategy: str,
+                       default: KernelSettings) -> tuple[KernelSettings, bool]:
+    """The kernel settings and join of a strategy's recorded run on the largest problem
+    (N, then layers, then rows): the projection prices the kernel the table ran."""
+    first = runs.drop_duplicates("run_id")
+    mine = first[first["strategy"] == strategy]
+    if mine.empty:
+        return default, False
+    run = mine.sort_values(["neurons", "layers", "inputs"]).iloc[-1]
+    return run_settings(run, default), switched_on(run, "join")
+
+
+def place_published(runs: pd.DataFrame, layers: pd.DataFrame, *,
+                    nodes: int = PUBLISHED["nodes"],
+                    cores_per_node: int = PUBLISHED["cores_per_node"],
+                    bandwidth_gbit_s: float = 100.0,
+                    survival: Survival | None = None) -> pd.DataFrame:
+    """Each recorded strategy projected onto ``nodes x cores_per_node`` single-threaded
+    workers for the published problem (65536-1920 x 60000), beside the published 51 s.
+
+    The cost model is calibrated on every kernel, data, model and hybrid (direct) run of
+    the records (a twelve-size table's, e.g. ``results/challenge/``), deduplication and
+    classes priced as each strategy's runs recorded them; the survival profile is
+    :func:`published_survival`'s. Per strategy: ``kernel`` one core (the serial
+    reference); ``data`` one block of rows per worker (joined after the early layers
+    where its runs joined); ``model`` one neuron part per worker; ``hybrid`` a row group
+    per node, a neuron part per core. Bytes between workers are priced at
+    ``bandwidth_gbit_s`` (the records' loopback figure does not carry over to a
+    network), each part reading at most ``32 x`` its own neurons' worth of inputs
+    (RadiX-Net's weights per column); per-layer latency, overheads and per-core speed
+    are this machine's.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per strategy: ``strategy, workers, parts, row_groups, seconds,
+        compute_s, latency_s, communication_s, overhead_s, bytes_moved, edges_per_s,
+        published_s, ratio`` (projected / published); ``attrs["assumptions"]`` (list of
+        str), ``attrs["backtest"]`` (the calibration's fit on its own runs, in words),
+        ``attrs["survival"]``.
+
+    Raises
+    ------
+    ValueError
+        When the records cannot calibrate the model (no serial kernel or alone-run
+        layers).
+    """
+    from .backtest import projection_table
+    from .report import backtest_line
+
+    runs = runs[runs["strategy"].isin(PLACED) & (runs["transport"] != "graph")]
+    if runs.empty or layers.empty:
+        raise ValueError("no kernel, data, model or hybrid runs with layer records "
+                         "(layers.csv) to calibrate on")
+    model = CostModel.calibrate(runs, layers)
+    if not any(getattr(model, term) for term in KERNEL_TERMS):
+        raise ValueError("the records do not determine the kernel's terms: they need "
+                         "serial kernel (or one-worker data) runs with layer records")
+    p = PUBLISHED
+    n, n_layers, rows = p["neurons"], p["layers"], p["inputs"]
+    workers = int(nodes) * int(cores_per_node)
+    if survival is None:
+        survival = published_survival(runs, layers, model)
+    profile = survival.extended(n_layers).resized(rows)
+    on_network = model.with_coefficients(byte=8.0 / (bandwidth_gbit_s * 1e9),
+                                         shared_byte=8.0 / (bandwidth_gbit_s * 1e9))
+    present = set(runs["strategy"])
+    out = []
+    for strategy in PLACED:
+        if strategy not in present:
+            continue
+        settings, join = _recorded_settings(runs, strategy, model.settings)
+        kwargs: dict[str, Any] = {"neurons": n, "layers": n_layers, "rows": rows,
+                                  "survival": profile, "settings": settings}
+        if strategy == "kernel":
+            shape = {"workers": 1}
+        elif strategy == "data":
+            shape = {"workers": workers, "join": join}
+        elif strategy == "model":
+            shape = {"workers": workers, "parts": workers}
+        else:
+            shape = {"workers": workers, "parts": int(cores_per_node),
+                     "row_groups": int(nodes)}
+        if strategy in ("model", "hybrid"):
+            n_out = n / shape["parts"]
+            shape["cross_fraction"] = float(min(1.0, model.weights_per_row * n_out
+                                                / max(1.0, n - n_out)))
+        pred = on_network.predict(strategy, **kwargs, **shape)
+        out.append({"strategy": strategy, "workers": pred.workers, "parts": pred.parts,
+                    "row_groups": pred.row_groups, "seconds": pred.seconds,
+                    "compute_s": pred.compute_s, "latency_s": pred.latency_s,
+                    "communication_s": pred.communication_s,
+                    "overhead_s": pred.overhead_s, "bytes_moved": pred.bytes_moved,
+                    "edges_per_s": rows * p["edges"] / pred.seconds,
+                    "published_s": p["seconds"], "ratio": pred.seconds / p["seconds"]})
+    table = pd.DataFrame(out)
+    fit = projection_table(model, runs, layers).assign(held_out=True)
+    table.attrs["backtest"] = backtest_line(fit, what="recorded runs (the fit)")
+    table.attrs["survival"] = profile.source
+    table.attrs["assumptions"] = [
+        f"{nodes} nodes x {cores_per_node} cores = {workers} single-threaded workers, "
+        "each core as fast as this machine's and slowed by the busy factor measured here "
+        f"({model.busy:.2f})",
+        f"bytes between workers at {bandwidth_gbit_s:g} Gb/s (also within a node); "
+        f"per-layer latency as measured here ({1e3 * model.latency:.2f} ms, "
+        f"{1e3 * model.shared_latency:.2f} ms with parts sharing a core)",
+        "a part reads at most 32 inputs per own neuron (RadiX-Net), all other parts' "
+        "columns when that is more",
+        f"survival: {profile.source}",
+        "identical rows and neurons computed once as each strategy's run on the largest "
+        "recorded problem was (dedup, classes, join)",
+    ]
+    return table
+
+
+def format_placement(table: pd.DataFrame) -> str:
+    """:func:`place_published`'s table as text: one line per strategy, then the
+    assumptions."""
+    lines = [f"Projected onto a cluster: {PUBLISHED['neurons']}-{PUBLISHED['layers']} x "
+             f"{PUBLISHED['inputs']} on {PUBLISHED['nodes']} nodes "
+             f"(published: {PUBLISHED['seconds']:g} s on {PUBLISHED['workers']} cores)"]
+    for row in table.itertuples(index=False):
+        shape = (f"{row.workers} workers" if row.strategy in ("kernel", "data") else
+                 f"{row.row_groups} x {row.parts} parts" if row.strategy == "hybrid"
+                 else f"{row.parts} parts")
+        lines.append(f"  {row.strategy:<7} {shape:<18} {row.seconds:9.2f} s  "
+                     f"({row.ratio:.2f}x published; compute {row.compute_s:.2f} s, "
+                     f"latency {row.latency_s:.2f} s, communication "
+                     f"{row.communication_s:.2f} s, {row.bytes_moved / 1e9:.2f} GB moved)")
+    lines.append(f"  calibration: {table.attrs.get('backtest', '')}")
+    lines += [f"  assumes: {a}" for a in table.attrs.get("assumptions", [])]
+    return "\n".join(lines)

@@ -7,18 +7,20 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+import numpy as np
 import pandas as pd
 
 from ..core.kernels import KernelSettings
 from .survival import Survival
 
-__all__ = ["block_profiles", "generated_profiles", "matching_profile", "merged",
-           "run_settings"]
+__all__ = ["PROFILE_EDGES", "block_profiles", "generated_profiles", "matching_profile",
+           "merged", "run_settings", "switched_on"]
 
 
 def run_settings(run: pd.Series, default: KernelSettings) -> KernelSettings:
     """The kernel settings of a recorded run: its ``dense_threshold``, ``chunk_bytes`` and
-    ``chunk_min_rows`` columns where the records have them, else ``default``'s. A record
+    ``chunk_min_rows`` columns where the records have them, else ``default``'s; ``dedup``
+    and ``classes`` as recorded (off in records made before they existed). A record
     with ``chunk_bytes`` but no ``chunk_min_rows`` was made before the minimum existed:
     its chunks were ``chunk_bytes`` alone (at N = 4096, 64 rows where now 256)."""
     threshold, chunk = run.get("dense_threshold"), run.get("chunk_bytes")
@@ -31,7 +33,15 @@ def run_settings(run: pd.Series, default: KernelSettings) -> KernelSettings:
     return KernelSettings(
         float(threshold) if threshold is not None and pd.notna(threshold)
         else default.dense_threshold,
-        int(chunk) if has_chunk else default.chunk_bytes, max(1, min_rows))
+        int(chunk) if has_chunk else default.chunk_bytes, max(1, min_rows),
+        switched_on(run, "dedup"), switched_on(run, "classes"))
+
+
+def switched_on(run: pd.Series, column: str) -> bool:
+    """Whether a recorded run had ``column`` (``dedup``, ``classes``, ``join``) on: an
+    empty or missing column is a record made before the switch existed, so off."""
+    value = run.get(column)
+    return value is not None and not pd.isna(value) and str(value) == "on"
 
 
 def merged(run: pd.Series) -> bool:
@@ -76,6 +86,12 @@ def block_profiles(run: pd.Series,
 _GENERATED = re.compile(r"^radixnet-(\d+)-(\d+)-s(\d+)$")
 
 
+#: Largest network (edges) whose runs' profiles :func:`generated_profiles` makes again:
+#: 4096-480's (63 M edges, about 1 GB with its transposes); a larger one would be
+#: generated and held for a profile its runs' own layer records give as well.
+PROFILE_EDGES = 32 * 4096 * 480
+
+
 def generated_profiles(runs: pd.DataFrame) -> dict[tuple[int, int, int], Survival]:
     """Per-row survival profiles of the generated problems of ``runs``, made again.
 
@@ -83,13 +99,20 @@ def generated_profiles(runs: pd.DataFrame) -> dict[tuple[int, int, int], Surviva
     ``radixnet-{N}-{L}-s{seed}`` and the inputs' row count): its inputs are generated
     again and run once through the network (:meth:`Survival.measure`; no timing used).
     Problems read from challenge files are left out (their profile is then estimated from
-    their own layer records).
+    their own layer records), and so are problems none of whose runs stepped every live
+    row and neuron (``dedup`` or ``classes`` on: the exact replay a per-row profile
+    serves does not price them) and networks over :data:`PROFILE_EDGES` edges.
     """
     from ..data.images import generated_source, make_inputs
     from ..data.radixnet import make_network
 
     profiles: dict[tuple[int, int, int], Survival] = {}
-    first = runs.drop_duplicates(["network", "inputs"])
+    first = runs.drop_duplicates("run_id")
+    plain = [not switched_on(run, "dedup") and not switched_on(run, "classes")
+             for _, run in first.iterrows()]
+    first = first[np.array(plain, bool)] if len(first) else first
+    first = first[pd.to_numeric(first["edges"], errors="coerce") <= PROFILE_EDGES]
+    first = first.drop_duplicates(["network", "inputs"])
     for _, run in first.iterrows():
         match = _GENERATED.match(str(run["network"]))
         source = str(run.get("source", "generated"))
@@ -102,5 +125,5 @@ def generated_profiles(runs: pd.DataFrame) -> dict[tuple[int, int, int], Surviva
         rows = int(run["inputs"])
         network = make_network(n, n_layers, seed=seed)
         inputs = make_inputs(rows, n, seed=seed, order=orders[source])
-        profiles[n, n_layers, rows] = Survival.measure(network, inputs)
+        profiles[n, n_layers, rows] = Survival.measure(network, inputs, dedup=False)
     return profiles

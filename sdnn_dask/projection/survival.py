@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from ..core.kernels import forward_block
+from ..core.kernels import KernelSettings, forward_block
 from ..core.network import Network, as_csr32
 from ..data.images import CHALLENGE_DENSITY
 from ..partition import make_row_partition
@@ -63,6 +63,13 @@ class Survival:
     level_map, row_map
         Per-row profiles: the measured level and row each level and row of this profile
         is (so resizing to 60000 rows or extending to 1920 layers copies nothing).
+    distinct
+        ``layers + 1`` distinct rows at each level, where identical live rows are
+        computed once (``sdnn.kernel.dedup``): what a deduplicating kernel steps.
+        ``None``: not known (every live row taken as distinct). Resizing and splitting
+        keep a level's count where rows were merged (the survivors are copies of a few
+        vectors: more rows do not make more of them; capped by the live rows) and scale
+        it with the live rows where none were.
 
     Examples
     --------
@@ -81,11 +88,38 @@ class Survival:
     source: str = ""
     level_map: np.ndarray | None = field(default=None, repr=False)
     row_map: np.ndarray | None = field(default=None, repr=False)
+    distinct: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def layers(self) -> int:
         """Layers described."""
         return len(self.live) - 1
+
+    @property
+    def computed(self) -> np.ndarray:
+        """Rows a deduplicating kernel computes at each level: :attr:`distinct`, or the
+        live rows where it is not known."""
+        if self.distinct is None:
+            return np.asarray(self.live, float)
+        return np.minimum(np.asarray(self.distinct, float), np.asarray(self.live, float))
+
+    @property
+    def computed_nnz(self) -> np.ndarray:
+        """Nonzeros of the :attr:`computed` rows (a live row's mean nonzeros each)."""
+        live = np.asarray(self.live, float)
+        share = np.divide(self.computed, live, out=np.ones_like(live), where=live > 0)
+        return np.asarray(self.nnz, float) * share
+
+    def _distinct_for(self, live: np.ndarray) -> np.ndarray | None:
+        """:attr:`distinct` for the same levels holding ``live`` rows instead (see the
+        attribute: merged levels keep their count, capped; others scale)."""
+        if self.distinct is None:
+            return None
+        old = np.asarray(self.live, float)
+        kept = np.asarray(self.distinct, float)
+        live = np.asarray(live, float)
+        merged = kept < old
+        return np.where(merged, np.minimum(kept, live), live)
 
     @property
     def per_row(self) -> bool:
@@ -109,9 +143,11 @@ class Survival:
         return cls(int(neurons), live, nnz, len(rows), counts, source, levels, rows)
 
     @classmethod
-    def measure(cls, network: Network, inputs: sp.spmatrix | sp.sparray) -> Survival:
+    def measure(cls, network: Network, inputs: sp.spmatrix | sp.sparray, *,
+                dedup: bool = True) -> Survival:
         """Run ``inputs`` through ``network`` one layer at a time and count, per row, the
-        nonzeros of every level.
+        nonzeros of every level; with ``dedup``, also the distinct rows a deduplicating
+        kernel computes at each level (:attr:`distinct`: its trace, one more pass).
 
         One serial pass of the compiled kernel (about one kernel run's time); nothing of
         its timing is used. For large N or many rows, pass a sample of the rows and
@@ -132,8 +168,15 @@ class Survival:
             live = live[out.rows]
             y = out.values
             counts[k, live] = np.diff(y.indptr)
-        return cls.from_counts(counts, network.n_neurons,
-                               f"measured: {network.name}, {counts.shape[1]} rows")
+        profile = cls.from_counts(counts, network.n_neurons,
+                                  f"measured: {network.name}, {counts.shape[1]} rows")
+        if not dedup:
+            return profile
+        # what a deduplicating kernel computes: its own trace, one more pass
+        trace = forward_block(network, inputs,
+                              settings=KernelSettings.resolve(dedup=True)).trace
+        distinct = np.concatenate([[profile.live[0]], trace["distinct_out"].to_numpy()])
+        return replace(profile, distinct=np.minimum(distinct, profile.live))
 
     @classmethod
     def from_records(cls, runs: pd.DataFrame, layers: pd.DataFrame, run_id: str, *,
@@ -164,16 +207,27 @@ class Survival:
             level_nnz = by["nnz_out"].sum().groupby("layer").sum()
             level_live = by["rows_out"].max().groupby("layer").sum()
             entering = by["rows_in"].max().groupby("layer").sum()
+            level_distinct = (by["distinct_out"].max().groupby("layer").sum()
+                              if "distinct_out" in t else None)
         else:
             by = trace.groupby("layer")
             level_nnz, level_live = by["nnz_out"].sum(), by["rows_out"].sum()
             entering = by["rows_in"].sum()
+            level_distinct = (by["distinct_out"].sum(min_count=1)
+                              if "distinct_out" in trace else None)
         nnz[level_nnz.index.to_numpy(int)] = level_nnz.to_numpy()
         live[level_live.index.to_numpy(int)] = level_live.to_numpy()
         live[0] = int(entering.get(1, first["inputs"]))
         nnz[0] = round(live[0] * n * mean_input_density(n, input_density))
+        distinct = None
+        if (level_distinct is not None and len(level_distinct)
+                and pd.notna(level_distinct).all() and str(first.get("dedup", "")) == "on"):
+            distinct = live.copy()  # level 0: the inputs, all computed
+            distinct[level_distinct.index.to_numpy(int)] = np.minimum(
+                level_distinct.to_numpy(float), live[level_distinct.index.to_numpy(int)])
         return cls(n, live, nnz, int(first["inputs"]), None,
-                   f"records of run {run_id} ({first['network']}, {first['inputs']} rows)")
+                   f"records of run {run_id} ({first['network']}, {first['inputs']} rows)",
+                   distinct=distinct)
 
     def resized(self, rows: int) -> Survival:
         """The profile of ``rows`` input rows like these.
@@ -190,10 +244,18 @@ class Survival:
         note = f"{self.source}, {'first' if rows < self.rows else 'repeated to'} {rows} rows"
         if self.counts is not None:
             take = self.row_map[np.resize(np.arange(self.rows), rows)]
-            return Survival.from_counts(self.counts, self.neurons, note,
-                                        level_map=self.level_map, row_map=take)
+            return self._carrying(Survival.from_counts(self.counts, self.neurons, note,
+                                                       level_map=self.level_map,
+                                                       row_map=take))
         scale = rows / self.rows  # expected counts: fractions are kept
-        return Survival(self.neurons, self.live * scale, self.nnz * scale, rows, None, note)
+        return self._carrying(Survival(self.neurons, self.live * scale, self.nnz * scale,
+                                       rows, None, note))
+
+    def _carrying(self, other: Survival) -> Survival:
+        """``other`` (these levels for other rows) with :attr:`distinct` carried over."""
+        if self.distinct is None:
+            return other
+        return replace(other, distinct=self._distinct_for(other.live))
 
     def extended(self, layers: int) -> Survival:
         """The profile for ``layers`` layers: the first ones, or the last level repeated
@@ -206,10 +268,12 @@ class Survival:
         take = np.minimum(np.arange(layers + 1), self.layers)
         note = (f"{self.source}, first {layers} layers" if layers < self.layers else
                 f"{self.source}, level {self.layers} repeated to {layers} layers")
+        distinct = None if self.distinct is None else self.distinct[take]
         if self.counts is not None:
             return Survival(self.neurons, self.live[take], self.nnz[take], self.rows,
-                            self.counts, note, self.level_map[take], self.row_map)
-        return Survival(self.neurons, self.live[take], self.nnz[take], self.rows, None, note)
+                            self.counts, note, self.level_map[take], self.row_map, distinct)
+        return Survival(self.neurons, self.live[take], self.nnz[take], self.rows, None, note,
+                        distinct=distinct)
 
     def split(self, blocks: int, partition: str = "block", *, seed: int = 0,
               nbuckets: int = 1) -> list[Survival]:
@@ -219,10 +283,9 @@ class Survival:
         if self.counts is not None:
             part = make_row_partition(partition, self.rows, blocks, seed=seed,
                                       nbuckets=nbuckets)
-            return [Survival.from_counts(self.counts, self.neurons,
-                                         f"{self.source}, block {b} of {blocks}",
-                                         level_map=self.level_map,
-                                         row_map=self.row_map[ids])
+            return [self._carrying(Survival.from_counts(
+                        self.counts, self.neurons, f"{self.source}, block {b} of {blocks}",
+                        level_map=self.level_map, row_map=self.row_map[ids]))
                     for b, ids in enumerate(part.blocks())]
         shares = np.diff(np.round(np.linspace(0, self.rows, blocks + 1))).astype(int)
         return [self.resized(int(s)) if s else self._empty() for s in shares]
@@ -232,10 +295,10 @@ class Survival:
         (a worker's blocks, merged by the kernel)."""
         rows = sum(s.rows for s in shares)
         if self.counts is not None:
-            return Survival.from_counts(self.counts, self.neurons,
-                                        f"{self.source}, {len(shares)} blocks merged",
-                                        level_map=self.level_map,
-                                        row_map=np.concatenate([s.row_map for s in shares]))
+            return self._carrying(Survival.from_counts(
+                self.counts, self.neurons, f"{self.source}, {len(shares)} blocks merged",
+                level_map=self.level_map,
+                row_map=np.concatenate([s.row_map for s in shares])))
         return self.resized(rows) if rows else self._empty()
 
     def _empty(self) -> Survival:

@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = [
     "ALL_TERMS",
     "BLOCK_TERMS",
+    "CLASS_SHARE",
     "EXCHANGE_TERMS",
     "KERNEL_TERMS",
     "PARALLEL",
@@ -32,6 +33,9 @@ KERNEL_TERMS = {
     "to_sparse": ("N x rows of tiles turned into sparse rows", "s per entry"),
     "to_sparse_nnz": ("nonzeros of tiles turned into sparse rows", "s per nonzero"),
     "to_sparse_call": ("tiles turned into sparse rows", "s per tile"),
+    "class_edge": ("edges scattered from sparse input rows into a tile over classes (a "
+                   "class step's first layer: input nonzeros x weights per row / 16)",
+                   "s per edge"),
 }
 #: Kernel terms per block, outside the layers (the last tiles are made sparse with the
 #: ``to_sparse*`` terms).
@@ -81,3 +85,13 @@ PARALLEL = ("data", "model", "hybrid")
 
 #: Number of kernel terms: the width of a layer's regressors (:data:`KERNEL_TERMS`).
 K = len(KERNEL_TERMS)
+
+#: Share of a layer's output neurons computed where equal columns are computed once
+#: (``sdnn.kernel.classes``): RadiX-Net, the challenge's networks, hold every column 16
+#: times (:mod:`sdnn_dask.core.kernels.classes`).
+CLASS_SHARE = 1.0 / 16.0
+
+
+def class_share(classes: bool) -> float:
+    """:data:`CLASS_SHARE` with classes on, else 1 (every neuron computed)."""
+    return CLASS_SHARE if classes else 1.0

@@ -82,10 +82,12 @@ def projection_of(runs: pd.DataFrame, layers: pd.DataFrame,
     from ..projection import report_projection
 
     try:
-        return report_projection(runs, layers)
+        table = report_projection(runs, layers)
     except ValueError as error:  # too few kinds of runs to calibrate on
         say(f"no projection: {error}")
         return None
+    say(f"projection: {table.attrs['rule']}; {table.attrs['backtest']}")
+    return table
 
 
 @contextlib.contextmanager

@@ -507,21 +507,26 @@ def test_report_projection_calibrates_on_the_smallest_n_and_holds_out_the_rest(c
                  {"strategy": "model", "dedup": False},
                  {"strategy": "model", "transport": "graph", "dedup": False}]})
     found = grid.run(client, tmp_path / "r", bar=False, report=False)
-    table = report_projection(found.runs, found.layers)  # the dedup runs left out
+    table = report_projection(found.runs, found.layers)  # dedup on and off, apart
     assert set(table.loc[table["held_out"], "network"]) == {"radixnet-4096-6-s0"}
     assert set(table.loc[~table["held_out"], "network"]) == {"radixnet-1024-6-s0",
                                                              "radixnet-1024-12-s0"}
     assert table.attrs["rule"] == "calibrated on N = 1024, held out: N = 4096"
-    assert len(table) == 3 * 4 and set(table["runs"]) == {1}  # graph runs left out
+    assert len(table) == 3 * 5 and set(table["runs"]) == {1}  # graph runs left out
+    kernel = table[table["strategy"] == "kernel"]
+    assert set(kernel["partition"]) == {"none, dedup on", "none, dedup off"}
+    assert "held-out configurations within 20%" in table.attrs["backtest"]
     assert np.allclose(table["error_pct"],
                        100 * (table["projected_s"] / table["measured_s"] - 1))
     assert (table["projected_s"] > 0).all()
-    one = found.runs[found.runs["layers"] == 6]
-    with pytest.raises(ValueError, match="at least two problem sizes"):
-        report_projection(one[one["neurons"] == 1024], found.layers)
-    merged = found.runs[found.runs["dedup"] == "on"]
-    with pytest.raises(ValueError, match="without deduplication"):
-        report_projection(merged, found.layers)
+    one = found.runs[(found.runs["layers"] == 6) & (found.runs["neurons"] == 1024)]
+    alone = report_projection(one, found.layers)  # one problem: each held out in turn
+    assert alone.attrs["rule"].startswith("one problem")
+    assert set(alone.loc[alone["held_out"], "strategy"]) == {"data", "model"}
+    merged = found.runs[found.runs["dedup"] == "on"]  # the serial kernel's dedup runs
+    assert (report_projection(merged, found.layers)["partition"] == "none").all()
+    with pytest.raises(ValueError, match="serial kernel runs"):
+        report_projection(one[one["strategy"] != "kernel"], found.layers)
 
 
 def test_a_workers_blocks_are_priced_merged():
