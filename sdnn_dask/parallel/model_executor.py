@@ -45,6 +45,7 @@ import resource
 import time
 import uuid
 import warnings
+from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import CancelledError
 from pathlib import Path
@@ -400,7 +401,11 @@ class ModelParallelExecutor(Executor):
         token = uuid.uuid4().hex[:12]
 
         strategy = "model" if row_groups == 1 else "hybrid"
-        pass_rows = int(pass_rows or pass_rows_for(n))
+
+        def rows_a_pass(workers: list[str]) -> int:
+            hosted = Counter(self._slot(workers, g, p, k) for g in range(len(groups))
+                             for p in range(k))
+            return int(pass_rows or pass_rows_for(n, k, max(hosted.values())))
 
         def place() -> tuple[PassRunner, dict[tuple[int, int], Future], list[str]]:
             plans, plan_futures, workers = self._place(part, row_groups)
@@ -410,7 +415,7 @@ class ModelParallelExecutor(Executor):
                                 n_layers=self.network.n_layers, token=token,
                                 strategy=strategy, transport=transport, used=used)
             # Inputs: each part's level-0 columns of its group's first pass, on its worker.
-            first = runner.first_pass(y, groups, pass_rows)
+            first = runner.first_pass(y, groups, rows_a_pass(workers))
             self._wait(list(first.values()))
             if any(f.cancelled() for f in [*plan_futures.values(), *first.values()]):
                 raise CancelledError("data placed on a worker that died")
@@ -429,7 +434,7 @@ class ModelParallelExecutor(Executor):
             widen_transfer_logs(self.client)
         start = time.perf_counter()
         try:
-            passed = runner.run(y, groups, dedup, pass_rows, first)
+            passed = runner.run(y, groups, dedup, rows_a_pass(workers), first)
         except WorkerLostError:
             self._placed = {}  # plans died with the worker: place them again next run
             raise

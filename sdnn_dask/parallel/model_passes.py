@@ -3,9 +3,10 @@
 A part holds its columns of every row of its group through a layer: at N = 65536 on 60000
 rows, 7.8 GB a part (k = 2) in layer 1, so model parallelism, whose point is memory, did
 not fit. Here each row group's rows go through the parts in passes of at most
-:func:`~.slabs.row_passes.pass_rows_for` rows (``sdnn.store.pass-bytes`` over ``8 N``
-bytes a row, as data parallelism's streamed passes), one pass of every group at a time,
-each pass's level-0 slabs sent to the workers just before it runs:
+:func:`~.slabs.row_passes.pass_rows_for` rows (``sdnn.store.pass-bytes`` a worker, as
+data parallelism's streamed passes, over about ``24 N / k`` bytes a row and part), one
+pass of every group at a time, each pass's level-0 slabs sent to the workers just before
+it runs:
 
 * the first pass of a group runs until a look for identical rows leaves few distinct
   rows (:func:`~.slabs.row_passes.stop_rows_for`; direct transport, where every part sees
@@ -250,6 +251,7 @@ class PassRunner:
                 starts[g, p] = self.client.submit(
                     join_passes, *[s[g, p] for s in sets], key=f"join-{self.token}-g{g}-p{p}",
                     workers=[self.slot(g, p)], allow_other_workers=False, pure=False)
+        joined.clear()  # the joins hold the passes now: released once joined
         if starts:
             self._finish(done, every, starts, join_at, deduped)
         done.join_layer = join_at

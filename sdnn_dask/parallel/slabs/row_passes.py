@@ -30,12 +30,21 @@ __all__ = ["assemble_output", "join_passes", "merge_shared", "merge_traces", "pa
            "pass_rows_for", "stop_rows_for"]
 
 
-def pass_rows_for(n_neurons: int, pass_bytes: float | None = None) -> int:
-    """Rows a part's pass takes at most: ``sdnn.store.pass-bytes`` over ``8 N`` bytes a
-    row (as data parallelism's streamed passes: a part holds its columns of a row and
-    those it reads), at least 1024."""
+#: Bytes a row costs a part in a pass's early layers, times ``k / N``: its own dense
+#: columns, the piece cut from them for the other parts, that piece's frame, and the piece
+#: and frame it receives. Measured at 65536-120 x 60000, k = 2: each worker's peak grew by
+#: 11.5 N bytes a row of a pass (3.5 GB at 3814 rows a pass, 2.1 GB at 2000).
+ROW_BYTES_PER_N = 24
+
+
+def pass_rows_for(n_neurons: int, k: int = 2, parts_per_worker: int = 1,
+                  pass_bytes: float | None = None) -> int:
+    """Rows a row group's pass takes at most: ``sdnn.store.pass-bytes`` (per worker, as
+    data parallelism's streamed passes) over what a row costs the parts a worker runs at
+    once (:data:`ROW_BYTES_PER_N` ``* N / k`` bytes each), at least 1024."""
     budget = float(config.get("store.pass-bytes") if pass_bytes is None else pass_bytes)
-    return max(1024, int(budget // (8 * n_neurons)))
+    per_row = ROW_BYTES_PER_N * n_neurons / max(1, k) * max(1, parts_per_worker)
+    return max(1024, int(budget // per_row))
 
 
 def pass_ranges(n_rows: int, pass_rows: int) -> list[tuple[int, int]]:
