@@ -25,7 +25,8 @@ MEMORY_COLUMNS = ["strategy", "partition", "row_partition", "transport", "weight
 MEMORY_NOTES = {
     "weight_gb": "GB of weights the most loaded worker held (data parallelism: its copy, "
                  "or the layers streaming prepares at once; a part: its slice)",
-    "peak_gb": "the largest worker's peak resident memory (GB) by the end of the run",
+    "peak_gb": "the largest worker's peak resident memory (GB) during the run (reset "
+               "just before it; the serial kernel: its process's)",
     "read_gb": "GB the most reading worker read from the store in the run (a part: its "
                "slice, cut beside the store); resident weights were read before the run",
     "read_share": "read_gb against what a data-parallel worker streaming the weights read "
