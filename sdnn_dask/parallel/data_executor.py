@@ -65,7 +65,7 @@ from .blocks import (
 from .faults import WorkerLostError, connected, gather_pinned, place_retrying
 from .peak_memory import read_workers, reset_workers
 from .placement import keep_on
-from .weights import choose_weights, worker_memory_limit
+from .weights import choose_weights, run_hosts, worker_memory_limit
 
 #: Times a run sends again the blocks a dead worker took with it, and reruns them.
 RETRIES = 3
@@ -123,11 +123,13 @@ class DataParallelExecutor(Executor):
         self._store = network.store if isinstance(network, StreamedNetwork) else None
         self._resident_bytes = (network.resident_bytes()
                                 if isinstance(network, StreamedNetwork) else 0)
+        # every process of the run on a host holds a copy when resident: its workers'
+        # (the client keeps none of a store's: see _scatter_weights)
+        hosts = (None if isinstance(network, Network)
+                 else run_hosts(client, self.workers, client_copy=False))
         self.weights, self.weights_reason = choose_weights(
             network, weights or config.get("data-parallel.weights"),
-            worker_memory_limit(client, self.workers))
-        if self.weights == "resident" and isinstance(network, StreamedNetwork):
-            network = network.store.to_network(network.n_layers)
+            worker_memory_limit(client, self.workers), hosts)
         self.network = network
         if isinstance(network, Network):
             _ = network.output_order  # ship transposes and orders with the weights
@@ -135,7 +137,13 @@ class DataParallelExecutor(Executor):
         self._kernel = self.kernel_settings()
 
     def _scatter_weights(self) -> Future:
-        return self.client.scatter(self.network, workers=self.workers, broadcast=True,
+        weights = self.network
+        if self.weights == "resident" and isinstance(weights, StreamedNetwork):
+            # read here and sent, not kept: the client's copy would be one more on its host
+            # (self.network stays the store; a copy lost with every worker is read again)
+            weights = weights.store.to_network(weights.n_layers)
+            _ = weights.output_order
+        return self.client.scatter(weights, workers=self.workers, broadcast=True,
                                    hash=False)
 
     def run(
