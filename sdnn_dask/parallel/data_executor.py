@@ -40,7 +40,7 @@ import scipy.sparse as sp
 from distributed import Client, Future, Queue, as_completed, wait
 
 from .. import config
-from ..core.csr import take_rows
+from ..core.csr import stack_rows, take_rows
 from ..core.kernels import (
     warm_up_kernels,
 )
@@ -362,10 +362,9 @@ class DataParallelExecutor(Executor):
                     results = [self.client.gather(joined)]
                 else:
                     results = self.client.gather(tasks)
+                # identical rows' values come once, with their ``source``: _assemble
+                # expands them straight into the output
                 flat = [r for res in results for r in (res if isinstance(res, list) else [res])]
-                for r in flat:  # identical rows' values, sent once: one per row again
-                    if r.get("source") is not None:
-                        r["values"] = take_rows(as_csr32(r["values"]), r.pop("source"))
                 return sorted(flat, key=lambda r: r["block"]), time.perf_counter() - start
             except CancelledError as error:
                 # Scattered data that died with its worker is forgotten by the scheduler,
@@ -517,22 +516,39 @@ class DataParallelExecutor(Executor):
         params: dict[str, Any],
     ) -> RunResult:
         n = self.network.n_neurons
-        rows, cols, vals, blocks, layers = [], [], [], [], []
+        # The output is built by one copy of rows (take_rows) from the blocks' values
+        # stacked: output row v is stacked row source[v], an empty row where v died.
+        # (Through COO, at 65536-1920 x 60000 the client held several transient copies of
+        # 1.3 GB of survivors' values; identical rows sent once are expanded here too.)
+        pieces: list[sp.csr_matrix] = []
+        where: dict[int, int] = {}  # blocks of one task may share one values matrix
+        source = np.full(n_inputs, -1, dtype=np.int64)
+        at = 0
+        blocks, layers = [], []
         for res, ids in zip(results, row_ids, strict=True):
             if res["n_rows"] != len(ids):
                 raise RuntimeError(f"block {res['block']} came back with {res['n_rows']} rows, "
                                    f"sent {len(ids)}")
-            coo = res["values"].tocoo()
-            rows.append(ids[res["rows"][coo.row]])  # block-local -> original row ids
-            cols.append(coo.col)
-            vals.append(coo.data)
+            values = res.pop("values")
+            if id(values) not in where:
+                where[id(values)] = at
+                pieces.append(as_csr32(values))
+                at += values.shape[0]
+            first = where[id(values)]
+            pointers = res.pop("source", None)
+            rows = np.asarray(res["rows"], dtype=np.int64)
+            # block-local survivors -> original row ids; their rows of the values
+            source[ids[rows]] = first + (np.arange(len(rows)) if pointers is None
+                                         else np.asarray(pointers, dtype=np.int64))
             blocks.append({"block": res["block"], "worker": res["worker"], "rows": len(ids),
-                           "survivors": len(res["rows"]), "compute_s": res["compute_s"]})
+                           "survivors": len(rows), "compute_s": res["compute_s"]})
             layers.append(res["trace"].assign(block=res["block"]))
-        output = sp.csr_matrix(
-            (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-            shape=(n_inputs, n),
-        )
+        pieces.append(sp.csr_matrix((1, n), dtype=np.float32))  # the rows that died
+        source[source < 0] = at
+        stacked = stack_rows(pieces)
+        del pieces, where  # the gathered values (results no longer hold them)
+        output = take_rows(stacked, source)
+        del stacked
         return RunResult(
             strategy=self.strategy,
             partition=partition,
