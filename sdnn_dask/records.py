@@ -59,7 +59,16 @@ weight_bytes        a run on a network store: bytes of weights the block's worke
 store_bytes_read    a run on a store: bytes the worker read in the run (data parallelism: the
                     store's files; a part: its slice of them, cut beside the store), else
                     empty; per worker, so repeated on a worker's blocks
-peak_rss_bytes      a run on a store: the worker process's peak resident memory so far
+peak_rss_bytes      the peak resident memory of the process that ran the block during the
+                    run (every strategy: a worker's, reset just before the run and read
+                    just after it; the serial strategies' own process); per worker, so
+                    repeated on a worker's blocks; empty where not measured (model/hybrid
+                    runs in memory, and records made before every strategy recorded it)
+peak_since          ``run``: ``peak_rss_bytes`` is the run's peak (its high-water mark was
+                    reset just before it); ``start``: the reset was not possible there, so
+                    it is the process's peak since it started (at least the run's);
+                    empty where ``peak_rss_bytes`` is, or in records made before this
+                    column (whose peaks of store runs were since the process started)
 bytes_in            model/hybrid: bytes of the pieces the block (a part) received, over the
                     layers (a piece for several parts of a worker counts for the first)
 predicted_bytes_in  the same, forecast before the run (where a study asked for it)
@@ -155,7 +164,7 @@ RUN_DTYPES: dict[str, str] = {
     "block": _INT,
     "worker": _TEXT, "rows": _INT, "survivors": _INT, "row_layers": _INT, "compute_s": _FLOAT,
     "weight_bytes": _FLOAT, "store_bytes_read": _FLOAT, "peak_rss_bytes": _FLOAT,
-    "bytes_in": _FLOAT, "predicted_bytes_in": _FLOAT, "wall_s": _FLOAT,
+    "peak_since": _TEXT, "bytes_in": _FLOAT, "predicted_bytes_in": _FLOAT, "wall_s": _FLOAT,
     "edges_per_s": _FLOAT, "imbalance": _FLOAT,
     "survivor_imbalance": _FLOAT, "work_imbalance": _FLOAT, "placement": _TEXT,
     "merge_blocks": _TEXT, "weights": _TEXT,
@@ -177,7 +186,7 @@ RUN_COLUMNS = list(RUN_DTYPES)
 LAYER_COLUMNS = list(LAYER_DTYPES)
 #: Run-level columns: the same on every block row of a run.
 BLOCK_LEVEL = ("block", "worker", "rows", "survivors", "row_layers", "compute_s",
-               "weight_bytes", "store_bytes_read", "peak_rss_bytes", "bytes_in",
+               "weight_bytes", "store_bytes_read", "peak_rss_bytes", "peak_since", "bytes_in",
                "predicted_bytes_in")
 RUN_LEVEL = [c for c in RUN_COLUMNS if c not in BLOCK_LEVEL]
 RECORDS_FILE = "records.csv"
@@ -242,7 +251,7 @@ def run_records(
     """
     blocks = result.blocks
     frame = blocks[["block", "worker", "rows", "survivors", "compute_s"]].copy()
-    for column in ("weight_bytes", "store_bytes_read", "peak_rss_bytes"):
+    for column in ("weight_bytes", "store_bytes_read", "peak_rss_bytes", "peak_since"):
         frame[column] = blocks[column] if column in blocks else np.nan
     for column in ("bytes_in", "predicted_bytes_in"):  # a part's, over the layers
         frame[column] = (frame["block"].map(result.layers.groupby("block")[column].sum())

@@ -27,10 +27,9 @@ those blocks again (and the weights, if no copy is left) and reruns only them, u
 from __future__ import annotations
 
 import os
-import resource
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import CancelledError
 from typing import Any
 
@@ -41,7 +40,7 @@ import scipy.sparse as sp
 from distributed import Client, Future, Queue, as_completed, wait
 
 from .. import config
-from ..core.csr import take_rows
+from ..core.csr import stack_rows, take_rows
 from ..core.kernels import (
     warm_up_kernels,
 )
@@ -64,8 +63,9 @@ from .blocks import (
     stream_join_here,
 )
 from .faults import WorkerLostError, connected, gather_pinned, place_retrying
+from .peak_memory import read_workers, reset_workers
 from .placement import keep_on
-from .weights import choose_weights, worker_memory_limit
+from .weights import choose_weights, run_hosts, worker_memory_limit
 
 #: Times a run sends again the blocks a dead worker took with it, and reruns them.
 RETRIES = 3
@@ -123,11 +123,13 @@ class DataParallelExecutor(Executor):
         self._store = network.store if isinstance(network, StreamedNetwork) else None
         self._resident_bytes = (network.resident_bytes()
                                 if isinstance(network, StreamedNetwork) else 0)
+        # every process of the run on a host holds a copy when resident: its workers'
+        # (the client keeps none of a store's: see _scatter_weights)
+        hosts = (None if isinstance(network, Network)
+                 else run_hosts(client, self.workers, client_copy=False))
         self.weights, self.weights_reason = choose_weights(
             network, weights or config.get("data-parallel.weights"),
-            worker_memory_limit(client, self.workers))
-        if self.weights == "resident" and isinstance(network, StreamedNetwork):
-            network = network.store.to_network(network.n_layers)
+            worker_memory_limit(client, self.workers), hosts)
         self.network = network
         if isinstance(network, Network):
             _ = network.output_order  # ship transposes and orders with the weights
@@ -135,7 +137,13 @@ class DataParallelExecutor(Executor):
         self._kernel = self.kernel_settings()
 
     def _scatter_weights(self) -> Future:
-        return self.client.scatter(self.network, workers=self.workers, broadcast=True,
+        weights = self.network
+        if self.weights == "resident" and isinstance(weights, StreamedNetwork):
+            # read here and sent, not kept: the client's copy would be one more on its host
+            # (self.network stays the store; a copy lost with every worker is read again)
+            weights = weights.store.to_network(weights.n_layers)
+            _ = weights.output_order
+        return self.client.scatter(weights, workers=self.workers, broadcast=True,
                                    hash=False)
 
     def run(
@@ -214,20 +222,19 @@ class DataParallelExecutor(Executor):
             n_blocks = self.n_workers * int(config.get(per_worker))
         part = make_row_partition(partition, y.shape[0], n_blocks, seed=seed, nbuckets=nbuckets)
         row_ids = part.blocks()
-        blocks = [y[ids] for ids in row_ids]
+        cut = block_cutter(y, row_ids)
 
         def place() -> list[Future]:
             self._prepare()
             workers = self.workers
             # Before the clock starts: static, block b on worker b mod P; dynamic, every
-            # block on every worker (a block can run wherever a worker frees up).
-            if placement == "static":
-                futures = [self.client.scatter([block], workers=[workers[b % len(workers)]],
-                                               hash=False)[0]
-                           for b, block in enumerate(blocks)]
-            else:
-                futures = self.client.scatter(blocks, workers=workers, broadcast=True,
-                                              hash=False)
+            # block on every worker (a block can run wherever a worker frees up). One
+            # block cut at a time, sent and dropped here: the client holds the inputs
+            # and at most one block's copy, not a second copy of every row.
+            futures = [self.client.scatter(
+                [cut(b)], hash=False, broadcast=placement != "static",
+                workers=[workers[b % len(workers)]] if placement == "static" else workers)[0]
+                for b in range(len(row_ids))]
             self._wait(futures)
             if any(f.cancelled() for f in [self._weights, *futures]):
                 raise CancelledError("data placed on a worker that died")
@@ -239,10 +246,12 @@ class DataParallelExecutor(Executor):
         before = self._store_use()
         join = bool(config.get("data-parallel.join", True) if join is None else join)
         join = join and self.weights == "streamed"
+        reset_workers(self.client, self.workers)  # the peak of this run, blocks placed
         if placement == "static":
-            results, wall = self._map(futures, blocks, merge=merge, join=join)
+            results, wall = self._map(futures, cut, merge=merge, join=join)
         else:
             results, wall = self._map_dynamic(futures, merge=merge)
+        peaks = read_workers(self.client, self.workers)
         params: dict[str, Any] = {"dedup": self._kernel.dedup,
                                   "classes": self._kernel.classes, "placement": placement,
                                   "merge_blocks": "merged" if merge else "alone",
@@ -257,13 +266,14 @@ class DataParallelExecutor(Executor):
         use = self._store_use(before)
         if use is not None:
             result.blocks = result.blocks.merge(use, on="worker", how="left")
+        result.blocks = result.blocks.merge(peaks, on="worker", how="left")
         return result
 
     def _store_use(self, before: pd.DataFrame | None = None) -> pd.DataFrame | None:
         """Per worker of a run on a store: how it held the weights, their bytes (the copy
-        in memory, or the most layers a streamed run prepares at once), the store's bytes
-        it read (during the run, given ``before``: this table taken before it), and its
-        peak resident memory so far. ``None`` for a network given in memory."""
+        in memory, or the most layers a streamed run prepares at once) and the store's
+        bytes it read (during the run, given ``before``: this table taken before it).
+        ``None`` for a network given in memory."""
         if self._store is None:
             return None
         folder = str(self._store.folder)
@@ -274,8 +284,7 @@ class DataParallelExecutor(Executor):
             layers = self._store.manifest["layers"][: self.network.n_layers]
             held = (self.network.window + 1) * 8 * max(e["nnz"] for e in layers)
         table = pd.DataFrame([{"worker": w, "weights": self.weights, "weight_bytes": held,
-                               "store_bytes_read": r["read"], "peak_rss_bytes": r["peak"]}
-                              for w, r in reports.items()])
+                               "store_bytes_read": read} for w, read in reports.items()])
         if before is not None:
             start = before.set_index("worker")["store_bytes_read"]
             table["store_bytes_read"] -= [int(start.get(w, 0)) for w in table["worker"]]
@@ -297,8 +306,12 @@ class DataParallelExecutor(Executor):
         sizes = inputs.chunks[0]
         starts = np.concatenate([[0], np.cumsum(sizes)])
         row_ids = [np.arange(starts[b], starts[b + 1]) for b in range(len(sizes))]
+        reset_workers(self.client, self.workers)
         results, wall = self._map(futures)
-        return self._assemble(results, row_ids, int(inputs.shape[0]), wall, "chunks", {})
+        result = self._assemble(results, row_ids, int(inputs.shape[0]), wall, "chunks", {})
+        peaks = read_workers(self.client, self.workers)
+        result.blocks = result.blocks.merge(peaks, on="worker", how="left")
+        return result
 
     def _wait(self, futures: list[Future]) -> None:
         with self.client.as_current():  # wait() looks up the current client
@@ -313,13 +326,13 @@ class DataParallelExecutor(Executor):
             self._weights = self._scatter_weights()
         keep_on(self.client, self._weights, self.workers)
 
-    def _map(self, block_futures: list[Future], blocks: list[Any] | None = None,
+    def _map(self, block_futures: list[Future], blocks: Callable[[int], Any] | None = None,
              merge: bool = False, join: bool = False) -> tuple[list[dict[str, Any]], float]:
         """Run every block and gather the results, timed.
 
-        ``blocks`` are the data scattered as ``block_futures``, block ``b`` on worker
-        ``b mod P``: each worker's blocks run there, merged into one task if ``merge``
-        (:func:`~.blocks.run_blocks`), and blocks lost with a worker are sent again from them.
+        ``blocks(b)`` cuts again the data scattered as ``block_futures[b]``, block ``b`` on
+        worker ``b mod P``: each worker's blocks run there, merged into one task if ``merge``
+        (:func:`~.blocks.run_blocks`), and blocks lost with a worker are cut and sent again.
         Without them (dask array chunks, which Dask recomputes itself) each block is a task
         wherever its chunk is, and a lost block raises :exc:`WorkerLostError`.
         """
@@ -349,10 +362,9 @@ class DataParallelExecutor(Executor):
                     results = [self.client.gather(joined)]
                 else:
                     results = self.client.gather(tasks)
+                # identical rows' values come once, with their ``source``: _assemble
+                # expands them straight into the output
                 flat = [r for res in results for r in (res if isinstance(res, list) else [res])]
-                for r in flat:  # identical rows' values, sent once: one per row again
-                    if r.get("source") is not None:
-                        r["values"] = take_rows(as_csr32(r["values"]), r.pop("source"))
                 return sorted(flat, key=lambda r: r["block"]), time.perf_counter() - start
             except CancelledError as error:
                 # Scattered data that died with its worker is forgotten by the scheduler,
@@ -368,7 +380,7 @@ class DataParallelExecutor(Executor):
                 retries += 1
                 if self._weights.cancelled():  # every copy died
                     self._weights = self._scatter_weights()
-                again = self.client.scatter([blocks[b] for b in lost],
+                again = self.client.scatter([blocks(b) for b in lost],
                                             workers=self.workers, hash=False)
                 for b, block in zip(lost, again, strict=True):
                     block_futures[b] = block
@@ -504,22 +516,39 @@ class DataParallelExecutor(Executor):
         params: dict[str, Any],
     ) -> RunResult:
         n = self.network.n_neurons
-        rows, cols, vals, blocks, layers = [], [], [], [], []
+        # The output is built by one copy of rows (take_rows) from the blocks' values
+        # stacked: output row v is stacked row source[v], an empty row where v died.
+        # (Through COO, at 65536-1920 x 60000 the client held several transient copies of
+        # 1.3 GB of survivors' values; identical rows sent once are expanded here too.)
+        pieces: list[sp.csr_matrix] = []
+        where: dict[int, int] = {}  # blocks of one task may share one values matrix
+        source = np.full(n_inputs, -1, dtype=np.int64)
+        at = 0
+        blocks, layers = [], []
         for res, ids in zip(results, row_ids, strict=True):
             if res["n_rows"] != len(ids):
                 raise RuntimeError(f"block {res['block']} came back with {res['n_rows']} rows, "
                                    f"sent {len(ids)}")
-            coo = res["values"].tocoo()
-            rows.append(ids[res["rows"][coo.row]])  # block-local -> original row ids
-            cols.append(coo.col)
-            vals.append(coo.data)
+            values = res.pop("values")
+            if id(values) not in where:
+                where[id(values)] = at
+                pieces.append(as_csr32(values))
+                at += values.shape[0]
+            first = where[id(values)]
+            pointers = res.pop("source", None)
+            rows = np.asarray(res["rows"], dtype=np.int64)
+            # block-local survivors -> original row ids; their rows of the values
+            source[ids[rows]] = first + (np.arange(len(rows)) if pointers is None
+                                         else np.asarray(pointers, dtype=np.int64))
             blocks.append({"block": res["block"], "worker": res["worker"], "rows": len(ids),
-                           "survivors": len(res["rows"]), "compute_s": res["compute_s"]})
+                           "survivors": len(rows), "compute_s": res["compute_s"]})
             layers.append(res["trace"].assign(block=res["block"]))
-        output = sp.csr_matrix(
-            (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-            shape=(n_inputs, n),
-        )
+        pieces.append(sp.csr_matrix((1, n), dtype=np.float32))  # the rows that died
+        source[source < 0] = at
+        stacked = stack_rows(pieces)
+        del pieces, where  # the gathered values (results no longer hold them)
+        output = take_rows(stacked, source)
+        del stacked
         return RunResult(
             strategy=self.strategy,
             partition=partition,
@@ -536,7 +565,44 @@ class DataParallelExecutor(Executor):
         )
 
 
-def _store_report(folder: str, dask_worker: Any = None) -> dict[str, int]:
-    """On a worker (``client.run``): the store's bytes it read, its peak resident memory."""
-    return {"read": bytes_read(folder),
-            "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}  # Linux: kB
+def _store_report(folder: str, dask_worker: Any = None) -> int:
+    """On a worker (``client.run``): the store's bytes it read."""
+    return bytes_read(folder)
+
+
+def block_cutter(inputs: sp.csr_matrix, row_ids: list[np.ndarray]
+                 ) -> Callable[[int], sp.csr_matrix]:
+    """``cut(b)``: block ``b``'s rows of ``inputs`` (``row_ids[b]``, in that order), a view
+    of ``inputs``' arrays where they are a contiguous range (the block partition: no copy,
+    :func:`row_view`), else a copy made when asked (so the caller can
+    send it and drop it before cutting the next)."""
+    ranges = [(int(ids[0]), int(ids[-1]) + 1)
+              if len(ids) and ids[-1] - ids[0] + 1 == len(ids) and np.all(np.diff(ids) == 1)
+              else None for ids in row_ids]
+
+    def cut(b: int) -> sp.csr_matrix:
+        if not len(row_ids[b]):
+            return inputs[:0]
+        if ranges[b] is not None:
+            return row_view(inputs, *ranges[b])
+        return take_rows(inputs, row_ids[b])
+
+    return cut
+
+
+def row_view(csr: sp.csr_matrix, start: int, stop: int) -> sp.csr_matrix:
+    """Rows ``start:stop`` of ``csr`` over views of its nonzeros, never a copy of them.
+
+    :func:`~sdnn_dask.core.csr.row_slice`'s matrix is built by scipy's constructor, whose
+    format check copies an index or value array that is a view of less than half of a
+    larger one (scipy 1.17, ``_prune_array``): every block of more than one is such a
+    view. The arrays are set after construction here, past that check (they are valid:
+    a contiguous range of a valid CSR's). Not to be changed in place.
+    """
+    out = sp.csr_matrix((stop - start, csr.shape[1]), dtype=csr.dtype)
+    ptr = csr.indptr[start : stop + 1]
+    first, last = int(ptr[0]), int(ptr[-1])
+    out.indptr = ptr - ptr.dtype.type(first)  # the inputs' index type, as the views'
+    out.indices, out.data = csr.indices[first:last], csr.data[first:last]
+    out.has_sorted_indices = csr.has_sorted_indices
+    return out

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import resource
 import time
 import uuid
 import warnings
@@ -72,6 +71,7 @@ from .faults import WorkerLostError, place_retrying
 from .model_direct import MESSAGE_COLUMNS, TIMING_COLUMNS
 from .model_graph import graph_messages
 from .model_passes import PassRunner
+from .peak_memory import read_workers, reset_workers
 from .placement import keep_on, slot_index
 from .slabs import (
     PART_TRACE_COLUMNS,
@@ -427,6 +427,7 @@ class ModelParallelExecutor(Executor):
         runner, first, workers = place_retrying(self.client, strategy, place, forget)
         used = runner.used
         before = self._store_use(used)
+        reset_workers(self.client, used)  # the peak of this run, its first pass placed
         if transport == "direct":
             ensure_exchange(self.client)
             connect_peers(self.client, sorted(used))
@@ -450,6 +451,7 @@ class ModelParallelExecutor(Executor):
         else:
             messages, timing = graph_messages(transfers_of(self.client, token)), None
         store_use = self._store_use(used, before)
+        peaks = read_workers(self.client, used)
         parts_out = []
         for g in range(len(groups)):
             for p in range(k):
@@ -460,6 +462,7 @@ class ModelParallelExecutor(Executor):
         result = self._result(y.shape[0], output, wall, part, row_groups,
                               row_partition, groups, parts_out, workers, messages, timing,
                               seed, transport, dedup)
+        result.blocks = result.blocks.merge(peaks, on="worker", how="left")
         result.params["passes"] = passed.passes
         if passed.join_layer:  # the layer after which each group's passes went on together
             result.params["joined_at"] = max(passed.join_layer.values())
@@ -470,15 +473,14 @@ class ModelParallelExecutor(Executor):
 
     def _store_use(self, used: set[str], before: pd.DataFrame | None = None
                    ) -> pd.DataFrame | None:
-        """Per worker and part of a store's run: weights held, bytes of the slices read
-        (during the run, given ``before``: the same table taken before it), and the
-        worker's peak resident memory so far."""
+        """Per worker and part of a store's run: weights held, and bytes of the slices
+        read (during the run, given ``before``: the same table taken before it)."""
         if not self.streamed or self.slices is None:
             return None
         reports = self.client.run(_parts_report, str(self.slices), workers=sorted(used))
         rows = [dict(row, worker=w) for w, report in reports.items() for row in report]
         table = pd.DataFrame(rows, columns=["worker", "part", "weights", "weight_bytes",
-                                            "store_bytes_read", "peak_rss_bytes"])
+                                            "store_bytes_read"])
         if before is not None:
             start = before.set_index(["worker", "part"])["store_bytes_read"]
             table["store_bytes_read"] -= [int(start.get((w, p), 0)) for w, p in
@@ -569,8 +571,7 @@ class ModelParallelExecutor(Executor):
 
 def _parts_report(folder: str, dask_worker: Any = None) -> list[dict[str, Any]]:
     """On a worker (``client.run``): its open parts of the slices ``folder``."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: kB
-    return [dict(row, peak_rss_bytes=peak) for row in open_parts(folder)]
+    return open_parts(folder)
 
 
 def _timing_by_layer(timing: list[tuple]) -> list[tuple]:

@@ -12,6 +12,7 @@ from ..core.kernels import KernelSettings, forward_block, stream_blocks, warm_up
 from ..core.network import Network, as_csr32
 from ..core.reference import infer_reference
 from ..core.result import RunResult, network_info
+from .peak_memory import read_peak, reset_peak
 
 SERIAL_METHODS = ("reference", "kernel")
 
@@ -27,6 +28,8 @@ def run_serial(network: Network, inputs: sp.spmatrix | sp.sparray,
         :class:`~sdnn_dask.data.streaming.StreamedNetwork`: the kernel then runs all the rows
         through a layer before the next (:func:`~sdnn_dask.core.kernels.stream_blocks`), and
         the reference reads the layers in order; neither holds more than a few layers.
+        The run's block records this process's peak resident memory during the run
+        (:mod:`~.peak_memory`: ``peak_rss_bytes``, ``peak_since``).
     method
         ``"reference"``: the plain scipy recurrence
         (:func:`~sdnn_dask.core.reference.infer_reference`);
@@ -38,6 +41,7 @@ def run_serial(network: Network, inputs: sp.spmatrix | sp.sparray,
     host = socket.gethostname()
     params: dict[str, object] = {}
     if method == "reference":
+        reset_peak()
         inference = infer_reference(network, y)
         output, seconds = inference.output, inference.seconds
         layers = inference.trace.assign(block=0, mode="reference")
@@ -46,6 +50,7 @@ def run_serial(network: Network, inputs: sp.spmatrix | sp.sparray,
         if not streamed:
             _ = network.output_order  # built once (with the transposes), outside the clock
         warm_up_kernels()
+        reset_peak()  # after the set-up above: the peak of the run itself
         start = time.perf_counter()
         # a network streamed from a store runs layer by layer (read once, in order)
         block = stream_blocks(network, [y])[0] if streamed else forward_block(network, y)
@@ -54,9 +59,11 @@ def run_serial(network: Network, inputs: sp.spmatrix | sp.sparray,
         layers = block.trace.assign(block=0)
         kernel = KernelSettings.resolve()  # what forward_block read
         params["dedup"], params["classes"] = kernel.dedup, kernel.classes
+    peak = read_peak()
     survivors = int((output.getnnz(axis=1) > 0).sum())
     blocks = pd.DataFrame([{"block": 0, "worker": f"local:{host}", "rows": y.shape[0],
-                            "survivors": survivors, "compute_s": seconds}])
+                            "survivors": survivors, "compute_s": seconds,
+                            "peak_rss_bytes": peak.bytes, "peak_since": peak.since}])
     return RunResult(
         strategy=method,
         partition="none",

@@ -25,8 +25,8 @@ MEMORY_COLUMNS = ["strategy", "partition", "row_partition", "transport", "weight
 
 #: What the table's columns mean.
 MEMORY_NOTES = {
-    "peak_gb": "the largest worker's peak resident memory (GB) by the end of the run "
-               "(median over repeats)",
+    "peak_gb": "the largest worker's peak resident memory (GB) during the run (reset "
+               "just before it; the serial kernel: its process's), median over repeats",
     "gb_moved": "GB of activations moved between workers (model and hybrid; data "
                 "parallelism exchanges none between layers: 0)",
     "weight_gb": "GB of weights the most loaded worker held (data parallelism: its copy, "

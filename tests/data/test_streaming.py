@@ -318,7 +318,8 @@ def test_data_parallel_streams_a_store(client, held, net, inputs):
     # auto: this small store fits, so it is read and held as any network
     auto = DataParallelExecutor(client, held, warm_up=False)
     assert auto.weights == "resident" and "fits in" in auto.weights_reason
-    assert isinstance(auto.network, Network)
+    # read from the store and sent: the client keeps none of the workers' copies
+    assert isinstance(auto.network, StreamedNetwork)
     result = auto.run(inputs)
     assert result.params["weights"] == "resident"
     assert_same_result(result, expected)
