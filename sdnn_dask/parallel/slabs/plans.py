@@ -67,11 +67,17 @@ class LayerPlan:
     put: dict[int, np.ndarray] = field(repr=False)
     take: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
     fetch: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
-    copy_of: np.ndarray | None = field(default=None, repr=False)
+    _copy_of: np.ndarray | None = field(default=None, repr=False)
 
-    def __post_init__(self) -> None:
-        if self.copy_of is None:
-            self.copy_of = copies_in_order(self.wt, self.bias, self.order)
+    @property
+    def copy_of(self) -> np.ndarray:
+        """Found the first time it is asked for: only a dense step reads it, and a deep
+        layer's sparse step over a few rows never does (finding one layer's classes at
+        N = 65536 took longer than a deep step; model parallelism's deep layers, loaded
+        from slices, were bound by it)."""
+        if self._copy_of is None:
+            self._copy_of = copies_in_order(self.wt, self.bias, self.order)
+        return self._copy_of
 
 
 @dataclass
