@@ -313,6 +313,17 @@ def sampled_gradient_t(ypt: np.ndarray, dt: np.ndarray, w: sp.csr_matrix,
     return grad
 
 
+def positions_index(positions: np.ndarray) -> np.ndarray:
+    """``positions - 1`` (float64 values ``1..nnz`` that survived a transpose or a
+    slice) as the smallest integer index: int32 below 2**31 entries, so a map from one
+    order of a layer's values to another costs 4 bytes an edge, not 8 (1 GB a copy of
+    the model at 65536-120)."""
+    dtype = np.int32 if positions.size < 2**31 - 1 else np.int64
+    out = positions.astype(dtype)
+    out -= 1
+    return out
+
+
 class _Layout:
     """Per layer, what the pattern alone decides: ``W^T``'s pattern, the map from
     ``W.data`` to ``W^T.data``, and both visiting orders. Built once per model."""
@@ -329,9 +340,10 @@ class _Layout:
             post.sort_indices()
             if post.nnz != w.nnz:
                 raise AssertionError("transposing the pattern lost entries")
-            to_t = post.data.astype(np.int64) - 1
+            to_t = positions_index(post.data)
             wt = sp.csr_matrix((np.zeros(w.nnz, np.float32), post.indices.astype(np.int32),
                                 post.indptr.astype(np.int64)), shape=post.shape)
+            del pos, post  # float64 positions: twice the layer's values
             self.wt.append(wt)
             self.to_t.append(to_t)
             self.order_fwd.append(pattern_order(wt))
