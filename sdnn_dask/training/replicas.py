@@ -47,9 +47,10 @@ def held(trainer: str) -> tuple[SparseModel, SGD, Workspace]:
 def place_replica(trainer: str, model: SparseModel, lr: float, momentum: float,
                   weight_decay: float) -> str:
     """Keep a copy of ``model`` and a new optimiser for it on this worker, as ``trainer``'s."""
-    # this worker's own values, updated in place every step; the pattern, never
-    # written, is the scattered model's (once the scatter is released, the only copy)
-    copy = model.copy(share_pattern=True)
+    # this worker's own, updated in place every step. The pattern is copied too: the
+    # scattered model's arrays are views of the one buffer its message was read into,
+    # and keeping its indices would keep its values (the whole buffer) alive as well
+    copy = model.copy()
     _STATE[(trainer, get_worker().address)] = (
         copy, SGD(copy, lr, momentum=momentum, weight_decay=weight_decay), Workspace())
     return trainer

@@ -98,6 +98,8 @@ def test_the_layout_maps_values_in_four_bytes_an_edge():
     compiled.forward(model, x)
     layout = model._layout
     assert all(t.dtype == np.int32 for t in layout.to_t)
-    for w, wt, to_t in zip(model.weights, layout.wt, layout.to_t, strict=True):
-        np.testing.assert_array_equal(wt.data, w.data[to_t])
-        np.testing.assert_array_equal(wt.toarray(), w.toarray().T)
+    # W^T's values are gathered per layer into one buffer, not kept per layer
+    assert layout._values.nbytes == max(w.data.nbytes for w in model.weights)
+    for k, (w, to_t) in enumerate(zip(model.weights, layout.to_t, strict=True)):
+        np.testing.assert_array_equal(layout.values(model, k), w.data[to_t])
+        np.testing.assert_array_equal(layout.wt(model, k).toarray(), w.toarray().T)
