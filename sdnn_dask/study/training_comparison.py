@@ -1,12 +1,21 @@
 """Training under every strategy, side by side, checked against the serial run (the
 report on it: :mod:`sdnn_dask.report.training`).
 
-:func:`compare_training` starts one model, copies it for the serial compiled step, the
-data-parallel trainer and a model-parallel trainer per neuron partition, and gives them
-the same batches: every step's loss is checked against the serial step's on the same
-batch (the copies take the same steps, so they stay together up to float32 rounding in
-another order). One row per strategy, partition, batch size and step; no timing includes
-compilation or placement (an untimed first step each).
+:func:`compare_training` runs the serial compiled steps from one model first, alone,
+and keeps their losses; then each strategy in turn (the data-parallel trainer, a
+model-parallel trainer per neuron partition, ...) starts from the same model, made again
+from the same seed, takes the same batches, and is closed before the next is placed:
+every step's loss is checked against the serial step's on the same batch (the runs take
+the same steps, so they stay together up to float32 rounding in another order). One row
+per strategy, partition, batch size and step; no timing includes compilation or placement
+(an untimed first step each).
+
+One run at a time is what fits (issue 45): at 65536-120 a model is 2 GB of values and
+pattern, a data-parallel worker holds about 24 bytes an edge of it, and every strategy's
+copies placed at once (as before) ran this 24 GB machine out of memory. The client holds
+at most one copy of the model's values, and none while a trainer runs. The runs' steps
+are therefore not interleaved: a machine whose load changes between runs shows in their
+seconds.
 
 :func:`compare_digits` trains every strategy on the digits task for whole epochs from the
 same initial model and batches, and checks each epoch's loss and held-out accuracy against
