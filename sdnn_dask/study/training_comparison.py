@@ -244,6 +244,10 @@ def compare_training(client: Client, network: Network, *, batches: Sequence[int]
                                    row_groups=row_groups, lr=lr, momentum=momentum,
                                    seed=seed)
             del start
+            if hasattr(trainer, "held_bytes"):  # model parallelism: a k-th of it a part
+                held = trainer.held_bytes()
+                say(f"batch {batch}: the {strategy} parts hold "
+                    + ", ".join(f"{n / 1e9:.2f}" for n in held.values()) + " GB of slices")
             try:
                 for s in range(steps + 1):  # step 0 untimed: compilation, first transfers
                     step = trainer.step(*batch_of(s))
