@@ -1,12 +1,21 @@
 """Training under every strategy, side by side, checked against the serial run (the
 report on it: :mod:`sdnn_dask.report.training`).
 
-:func:`compare_training` starts one model, copies it for the serial compiled step, the
-data-parallel trainer and a model-parallel trainer per neuron partition, and gives them
-the same batches: every step's loss is checked against the serial step's on the same
-batch (the copies take the same steps, so they stay together up to float32 rounding in
-another order). One row per strategy, partition, batch size and step; no timing includes
-compilation or placement (an untimed first step each).
+:func:`compare_training` runs the serial compiled steps from one model first, alone,
+and keeps their losses; then each strategy in turn (the data-parallel trainer, a
+model-parallel trainer per neuron partition, ...) starts from the same model, made again
+from the same seed, takes the same batches, and is closed before the next is placed:
+every step's loss is checked against the serial step's on the same batch (the runs take
+the same steps, so they stay together up to float32 rounding in another order). One row
+per strategy, partition, batch size and step; no timing includes compilation or placement
+(an untimed first step each).
+
+One run at a time is what fits (issue 45): at 65536-120 a model is 2 GB of values and
+pattern, a data-parallel worker holds about 24 bytes an edge of it, and every strategy's
+copies placed at once (as before) ran this 24 GB machine out of memory. The client holds
+at most one copy of the model's values, and none while a trainer runs. The runs' steps
+are therefore not interleaved: a machine whose load changes between runs shows in their
+seconds.
 
 :func:`compare_digits` trains every strategy on the digits task for whole epochs from the
 same initial model and batches, and checks each epoch's loss and held-out accuracy against
@@ -18,6 +27,7 @@ entry there.
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,6 +40,7 @@ from distributed import Client
 from ..core.network import Network
 from ..dask_workers import worker_info
 from ..data.images import make_inputs
+from ..parallel.allocator import trim_memory
 from ..training.compiled import Workspace
 from ..training.data_parallel import DataParallelTrainer
 from ..training.digits import DigitsData, digits_model, load_digits_1024
@@ -200,44 +211,78 @@ def compare_training(client: Client, network: Network, *, batches: Sequence[int]
     rows = max(batches) * (steps + 1)
     inputs = make_inputs(rows, network.n_neurons, seed=seed).toarray()
     labels = rng.integers(0, classes, rows)
-    out = []
-    for batch in batches:
-        start_model = init_model(network, classes, seed=seed)
-        serial = start_model.copy()
+    out: list[tuple[tuple[int, int, int], tuple]] = []  # (batch, step, run) -> row
+    for b, batch in enumerate(batches):
+        def batch_of(s: int, batch: int = batch) -> tuple[np.ndarray, np.ndarray]:
+            return inputs[s * batch:(s + 1) * batch], labels[s * batch:(s + 1) * batch]
+
+        # the serial reference first, alone, its loss per step kept: every strategy's
+        # steps from the same start on the same batches are checked against them
+        say(f"batch {batch}: the serial steps")
+        serial = init_model(network, classes, seed=seed)
         optimizer = SGD(serial, lr, momentum=momentum)
         workspace = Workspace()  # the serial step's tiles reused, as every trainer's are
-        trainers: list[tuple[str, str, int, Any]] = []
-        try:
-            for strategy, partition in configs:
-                say(f"batch {batch}: placing the {strategy}-parallel "
-                    + (f"{partition} parts" if TRAINERS[strategy].per_partition
-                       else "model copies"))
-                trainers.append((strategy, partition, workers, make_trainer(
-                    client, strategy, partition, start_model, k=k, row_groups=row_groups,
-                    lr=lr, momentum=momentum, seed=seed)))
-            for s in range(steps + 1):  # step 0 untimed: compilation, first transfers
-                x = inputs[s * batch:(s + 1) * batch]
-                y = labels[s * batch:(s + 1) * batch]
-                t0 = time.perf_counter()
-                expected = train_step(serial, x, y, optimizer, workspace=workspace)
-                serial_s = time.perf_counter() - t0
-                if s:
-                    out.append(("serial", "none", 1, 1, batch, s, serial_s, expected,
-                                expected, 0, "PASS"))
-                for strategy, partition, used, trainer in trainers:
-                    step = trainer.step(x, y)
-                    ok = np.isclose(step.loss, expected, rtol=LOSS_RTOL, atol=0.0)
+        expected = []
+        for s in range(steps + 1):  # step 0 untimed: compilation
+            t0 = time.perf_counter()
+            expected.append(train_step(serial, *batch_of(s), optimizer,
+                                       workspace=workspace))
+            if s:
+                out.append(((b, s, 0), ("serial", "none", 1, 1, batch, s,
+                                        time.perf_counter() - t0, expected[s], expected[s],
+                                        0, "PASS")))
+        del serial, optimizer, workspace
+        _release(client)
+        for r, (strategy, partition) in enumerate(configs, start=1):
+            say(f"batch {batch}: placing the {strategy}-parallel "
+                + (f"{partition} parts" if TRAINERS[strategy].per_partition
+                   else "model copies"))
+            # the start again (same seed, same values): the client holds one copy of the
+            # model at a time, and none once the trainer has placed it
+            start = init_model(network, classes, seed=seed)
+            trainer = make_trainer(client, strategy, partition, start, k=k,
+                                   row_groups=row_groups, lr=lr, momentum=momentum,
+                                   seed=seed)
+            del start
+            # init_model's float64 draws (and a placement's temporaries) were freed into
+            # the heap: given back now, not after the run (3 GB at 65536-120)
+            gc.collect()
+            trim_memory()
+            if hasattr(trainer, "held_bytes"):  # model parallelism: a k-th of it a part
+                held = trainer.held_bytes()
+                say(f"batch {batch}: the {strategy} parts hold "
+                    + ", ".join(f"{n / 1e9:.2f}" for n in held.values()) + " GB of slices")
+            try:
+                for s in range(steps + 1):  # step 0 untimed: compilation, first transfers
+                    step = trainer.step(*batch_of(s))
+                    ok = np.isclose(step.loss, expected[s], rtol=LOSS_RTOL, atol=0.0)
                     if s:
-                        out.append((strategy, partition, used,
-                                    row_groups_of(strategy, used, row_groups), batch, s,
-                                    step.seconds, step.loss, expected, step_bytes(step),
-                                    "PASS" if ok else "FAIL"))
-                say(f"batch {batch}: step {s} of {steps} done" + (" (untimed)" if not s
-                                                                  else ""))
-        finally:
-            for *_, trainer in trainers:
-                trainer.close()
-    return pd.DataFrame(out, columns=STEP_COLUMNS)
+                        out.append(((b, s, r), (
+                            strategy, partition, workers,
+                            row_groups_of(strategy, workers, row_groups), batch, s,
+                            step.seconds, step.loss, expected[s], step_bytes(step),
+                            "PASS" if ok else "FAIL")))
+                say(f"batch {batch}: {strategy} ({partition}), {steps} steps done")
+            finally:
+                trainer.close()  # its copies dropped on the workers before the next
+                del trainer
+                _release(client)
+    out.sort(key=lambda row: row[0])  # per batch and step, every run in turn
+    return pd.DataFrame([row for _, row in out], columns=STEP_COLUMNS)
+
+
+def _release(client: Client) -> None:
+    """Give the memory a finished run freed back to the system, here and on every worker
+    (glibc keeps freed blocks below its mmap threshold for reuse: the next strategy's
+    placement should find the machine as the last one left it)."""
+    gc.collect()
+    trim_memory()
+    client.run(_collect_and_trim)
+
+
+def _collect_and_trim() -> bool:
+    gc.collect()
+    return trim_memory()
 
 
 def compare_digits(client: Client, *, layers: int = 4, epochs: int = 5, batch: int = 32,

@@ -313,13 +313,31 @@ def sampled_gradient_t(ypt: np.ndarray, dt: np.ndarray, w: sp.csr_matrix,
     return grad
 
 
+def positions_index(positions: np.ndarray) -> np.ndarray:
+    """``positions - 1`` (float64 values ``1..nnz`` that survived a transpose or a
+    slice) as the smallest integer index: int32 below 2**31 entries, so a map from one
+    order of a layer's values to another costs 4 bytes an edge, not 8 (1 GB a copy of
+    the model at 65536-120)."""
+    dtype = np.int32 if positions.size < 2**31 - 1 else np.int64
+    out = positions.astype(dtype)
+    out -= 1
+    return out
+
+
 class _Layout:
-    """Per layer, what the pattern alone decides: ``W^T``'s pattern, the map from
-    ``W.data`` to ``W^T.data``, and both visiting orders. Built once per model."""
+    """Per layer, what the pattern alone decides: ``W^T``'s pattern (``wt_indptr``,
+    ``wt_indices``), the map from ``W.data`` to ``W^T``'s values (``to_t``), and both
+    visiting orders. Built once per model.
+
+    ``W^T``'s values are not kept per layer: the forward gathers each layer's into one
+    buffer (:meth:`values`, the largest layer's size) just before it runs the layer, as
+    ``W`` may have been updated since the last call. A model's worth of them (4 bytes an
+    edge, 1 GB at 65536-120) would only ever be read one layer at a time."""
 
     def __init__(self, model: SparseModel):
         self.indices = [w.indices for w in model.weights]  # to notice a replaced pattern
-        self.wt, self.to_t, self.order_fwd, self.order_bwd = [], [], [], []
+        self.wt_indptr, self.wt_indices, self.to_t = [], [], []
+        self.order_fwd, self.order_bwd = [], []
         for w in model.weights:
             # Transpose the positions 1..nnz (never 0, which a conversion could drop as a
             # stored zero): wt.data then says where each entry of W came from.
@@ -329,13 +347,26 @@ class _Layout:
             post.sort_indices()
             if post.nnz != w.nnz:
                 raise AssertionError("transposing the pattern lost entries")
-            to_t = post.data.astype(np.int64) - 1
-            wt = sp.csr_matrix((np.zeros(w.nnz, np.float32), post.indices.astype(np.int32),
-                                post.indptr.astype(np.int64)), shape=post.shape)
-            self.wt.append(wt)
-            self.to_t.append(to_t)
-            self.order_fwd.append(pattern_order(wt))
+            self.to_t.append(positions_index(post.data))
+            self.wt_indptr.append(post.indptr.astype(np.int64))
+            self.wt_indices.append(post.indices.astype(np.int32))
+            self.order_fwd.append(pattern_order(post))
+            del pos, post  # float64 positions: twice the layer's values
             self.order_bwd.append(pattern_order(w))
+        self._values = np.empty(max(w.nnz for w in model.weights), np.float32)
+
+    def values(self, model: SparseModel, k: int) -> np.ndarray:
+        """Layer ``k``'s ``W^T`` values now (in the shared buffer: valid until the next
+        call)."""
+        out = self._values[:model.weights[k].nnz]
+        np.take(model.weights[k].data, self.to_t[k], out=out)
+        return out
+
+    def wt(self, model: SparseModel, k: int) -> sp.csr_matrix:
+        """Layer ``k``'s ``W^T`` as CSR, its values those of :meth:`values`."""
+        w = model.weights[k]
+        return sp.csr_matrix((self.values(model, k), self.wt_indices[k], self.wt_indptr[k]),
+                             shape=(w.shape[1], w.shape[0]), copy=False)
 
     def matches(self, model: SparseModel) -> bool:
         return len(self.indices) == model.n_layers and all(
@@ -429,11 +460,13 @@ def forward(model: SparseModel, x: np.ndarray | sp.spmatrix | sp.sparray,
     sizes = [model.n_inputs] + [w.shape[1] for w in model.weights]
     tiles, spare = (workspace or Workspace()).take(sizes, rows)
     _input_tile(x, tiles[0])
-    for k, w in enumerate(model.weights):
-        wt = layout.wt[k]
-        wt.data[:] = w.data[layout.to_t[k]]  # W may have been updated since the last call
-        layer_forward_t(tiles[k], wt, model.biases[k], model.ymax, tiles[k + 1],
-                        layout.order_fwd[k])
+    ymax = np.float32(model.ymax)
+    for k in range(model.n_layers):
+        # W^T's values gathered now (W may have been updated since the last call): the
+        # inference kernel's step, as layer_forward_t runs it
+        dense_step(tiles[k], layout.wt_indptr[k], layout.wt_indices[k],
+                   layout.values(model, k), model.biases[k], ymax, tiles[k + 1], ROW_TILE,
+                   layout.order_fwd[k])
     logits = tiles[-1].T @ model.readout + model.readout_bias
     return CompiledCache(list(tiles), logits, spare)
 

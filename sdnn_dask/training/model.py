@@ -126,6 +126,16 @@ class SparseModel:
         """Entries of the sparse layers' patterns."""
         return int(sum(w.nnz for w in self.weights))
 
+    @property
+    def parameter_bytes(self) -> int:
+        """Bytes of every trainable value (:meth:`parameters`)."""
+        return int(sum(p.nbytes for p in self.parameters()))
+
+    @property
+    def pattern_bytes(self) -> int:
+        """Bytes of the layers' patterns (``indptr`` and ``indices``)."""
+        return int(sum(w.indptr.nbytes + w.indices.nbytes for w in self.weights))
+
     def parameters(self) -> list[np.ndarray]:
         """Every trainable array, as views that updates write through.
 
@@ -134,17 +144,24 @@ class SparseModel:
         return [w.data for w in self.weights] + list(self.biases) + [self.readout,
                                                                      self.readout_bias]
 
-    def copy(self) -> SparseModel:
-        """A deep copy (new arrays; the compiled path's cache is not shared)."""
-        return self.astype(self.dtype)
+    def copy(self, *, share_pattern: bool = False) -> SparseModel:
+        """A deep copy (new arrays; the compiled path's cache is not shared).
 
-    def astype(self, dtype: type | np.dtype) -> SparseModel:
-        """The same model with every parameter converted to ``dtype`` (always a copy)."""
+        With ``share_pattern``, the layers' ``indptr`` and ``indices`` are this model's
+        own arrays, not copies: training never writes them, and at 65536-120 they are
+        1 GB a copy (:attr:`pattern_bytes`)."""
+        return self.astype(self.dtype, share_pattern=share_pattern)
+
+    def astype(self, dtype: type | np.dtype, *, share_pattern: bool = False) -> SparseModel:
+        """The same model with every parameter converted to ``dtype`` (always a copy of
+        the values; of the pattern too unless ``share_pattern``, see :meth:`copy`)."""
         dtype = np.dtype(dtype)
         weights = []
         for w in self.weights:
-            c = sp.csr_matrix((w.data.astype(dtype), w.indices.copy(), w.indptr.copy()),
-                              shape=w.shape)
+            indices, indptr = ((w.indices, w.indptr) if share_pattern
+                               else (w.indices.copy(), w.indptr.copy()))
+            c = sp.csr_matrix((w.data.astype(dtype), indices, indptr), shape=w.shape,
+                              copy=False)
             c.has_sorted_indices = True
             weights.append(c)
         return SparseModel(weights, [b.astype(dtype) for b in self.biases],
@@ -246,11 +263,13 @@ def init_model(
     rng = np.random.default_rng(seed)
     weights, biases = [], []
     for p in patterns:
-        w = pattern_of(p)
+        # a network's layers are canonical CSR already: their pattern is shared, not
+        # copied (training never writes it; 1 GB at 65536-120)
+        w = p if isinstance(network_or_pattern, Network) else pattern_of(p)
         fan_in = np.bincount(w.indices, minlength=w.shape[1])  # inputs of each neuron
         scale = np.sqrt(gain / np.maximum(fan_in, 1))[w.indices]
-        c = sp.csr_matrix((rng.standard_normal(w.nnz) * scale, w.indices, w.indptr),
-                          shape=w.shape, dtype=dtype)
+        values = (rng.standard_normal(w.nnz) * scale).astype(dtype)
+        c = sp.csr_matrix((values, w.indices, w.indptr), shape=w.shape, copy=False)
         c.has_sorted_indices = True
         weights.append(c)
         biases.append(np.full(w.shape[1], bias, dtype=dtype))

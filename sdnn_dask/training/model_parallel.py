@@ -57,17 +57,26 @@ from ..registry import TRANSPORTS
 from .losses import as_labels
 from .model import SparseModel
 from .model_parts import (
+    add_layers,
     drop_parts,
     fetch_part,
+    held_part_bytes,
+    layer_slices,
+    part_shell,
     pattern_network,
     place_part,
-    slice_model,
+    routes_of,
+    slice_bytes,
 )
 from .optim import check_settings
 from .replicas import hold_rows
 from .trainer import StepTiming, Trainer, timing_fields
 
-__all__ = ["ModelParallelStep", "ModelParallelTrainer"]
+__all__ = ["PLACE_BYTES", "ModelParallelStep", "ModelParallelTrainer"]
+
+#: The least bytes of slices a part is sent at once while a trainer places its parts
+#: (the client makes the next layers' slices only once these are placed).
+PLACE_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -185,30 +194,70 @@ class ModelParallelTrainer(Trainer):
         elif k is not None and k != partition.k:
             raise ValueError(f"k={k} but the partition has {partition.k} parts")
         partition._check_network(network)
+        del network  # its values (4 bytes an edge) are not needed past the partition
         super().__init__(client, workers, prefix="sdnn-mptrain")
         self.partition, self.k = partition, partition.k
         self.row_groups, self.transport = int(row_groups), transport
         self.strategy = "model" if self.row_groups == 1 else "hybrid"
         self.route = slot_routes(self.workers, self.row_groups, self.k)
-        self._shapes = model.copy()  # pattern and dtype of the assembled model
-        states = slice_model(partition, model, lr, momentum, weight_decay)
-        # per layer, part p's needed columns (needed for the inputs and the byte figures)
-        self._needed = [[sl.needed for sl in (s.layers[layer] for s in states)]
-                        for layer in range(model.n_layers)]
-        self._volume = [sum(len(ix) for q, s in enumerate(states)
-                            for p, ix in s.layers[layer].fetch.items() if p != q)
-                        for layer in range(model.n_layers)]
-        # scattered straight to each slot's worker, not embedded in the graph (tens of MB);
-        # every row group gets its own copy of the parts (updated identically)
-        placed = []
-        for g, row in enumerate(self.route):
-            for s in states:
-                held = client.scatter(s, workers=[row[s.part]], hash=False)
-                placed.append(client.submit(place_part, self._key(g), held,
-                                            workers=[row[s.part]], allow_other_workers=False,
-                                            pure=False))
-        client.gather(placed)
+        # the assembled model's shape: the pattern referred to (never written), no values
+        self._pattern = [(w.indptr, w.indices, w.shape) for w in model.weights]
+        self._n_inputs, self._n_classes = model.n_inputs, model.n_classes
+        self._ymax = model.ymax
+        routes = routes_of(model, partition)
+        # part p's input columns of layer 1 (what the client sends it), and per layer
+        # the (column, part) pairs read from another part (the byte figures)
+        self._needed = [route.needed for route in routes[0].parts]
+        self._volume = [sum(len(ix) for q, route in enumerate(layer.parts)
+                            for p, ix in route.receive.items() if p != q)
+                        for layer in routes]
+        self._place(model, routes, lr, momentum, weight_decay)
         self._connect()
+
+    def _place(self, model: SparseModel, routes: list, lr: float, momentum: float,
+               weight_decay: float) -> None:
+        """Each part's shell, then its layers a few at a time (at least
+        :data:`PLACE_BYTES` a part, straight to its workers), so the client holds one
+        batch of slices at a time, not every part's (32 bytes an edge in all); every row
+        group gets its own copy of the parts (updated identically)."""
+        client = self.client
+        client.gather([client.submit(
+            place_part, self._key(g), part_shell(model, routes, p, lr, momentum,
+                                                 weight_decay),
+            workers=[row[p]], allow_other_workers=False, pure=False)
+            for g, row in enumerate(self.route) for p in range(self.k)])
+        pending: list[list] = [[] for _ in range(self.k)]
+
+        def ship() -> None:
+            placed = []
+            for g, row in enumerate(self.route):
+                for p, slices in enumerate(pending):
+                    held = client.scatter(slices, workers=[row[p]], hash=False)
+                    placed.append(client.submit(add_layers, self._key(g), p, held,
+                                                workers=[row[p]], allow_other_workers=False,
+                                                pure=False))
+            client.gather(placed)
+            for slices in pending:
+                slices.clear()
+
+        for slices in layer_slices(model, routes, momentum):
+            for p, sl in enumerate(slices):
+                pending[p].append(sl)
+            del slices, sl
+            if min(sum(slice_bytes(x) for x in part) for part in pending) >= PLACE_BYTES:
+                ship()
+        if pending[0]:
+            ship()
+
+    def held_bytes(self) -> dict[tuple[int, int], int]:
+        """Per slot ``(g, c)``, the bytes its worker holds for the part's slices and
+        readout (each about ``1/k`` of the model's)."""
+        got = self.client.run(held_part_bytes, self.id, workers=self._hosts())
+        out: dict[tuple[int, int], int] = {}
+        for g, row in enumerate(self.route):
+            for c, where in enumerate(row):
+                out[(g, c)] = got[where][(self._key(g), c)]
+        return out
 
     def _key(self, group: int) -> str:
         """The state key of row group ``group``'s parts on their workers."""
@@ -227,13 +276,13 @@ class ModelParallelTrainer(Trainer):
     def step(self, x: np.ndarray | sp.spmatrix, labels: np.ndarray) -> ModelParallelStep:
         """One step on the batch ``x`` (``rows x N``) with class ``labels``."""
         shape = getattr(x, "shape", None)
-        if shape is None or len(shape) != 2 or shape[1] != self._shapes.n_inputs:
-            raise ValueError(f"inputs must be rows x {self._shapes.n_inputs}, got {shape}")
+        if shape is None or len(shape) != 2 or shape[1] != self._n_inputs:
+            raise ValueError(f"inputs must be rows x {self._n_inputs}, got {shape}")
         rows = int(shape[0])
         if rows < self.row_groups:
             raise ValueError(f"a batch needs at least one row per row group: {rows} rows, "
                              f"{self.row_groups} row groups")
-        labels = as_labels(labels, rows, self._shapes.n_classes)
+        labels = as_labels(labels, rows, self._n_classes)
         start = time.perf_counter()
         dense = x.toarray() if sp.issparse(x) else np.asarray(x)
         return self._step_direct(dense, labels, rows, start)
@@ -251,7 +300,7 @@ class ModelParallelTrainer(Trainer):
             block = dense[lo:hi]
             row = []
             for c in range(self.k):
-                x_t = np.ascontiguousarray(block[:, self._needed[0][c]].T, dtype=np.float32)
+                x_t = np.ascontiguousarray(block[:, self._needed[c]].T, dtype=np.float32)
                 sent += x_t.nbytes
                 row.append({"x": x_t, "labels": labels[lo:hi], "share": (hi - lo) / rows})
             items.append(row)
@@ -281,15 +330,15 @@ class ModelParallelTrainer(Trainer):
         """Keep the training rows on the workers, each slot the input columns its part
         reads, so that :meth:`steps` sends only row ids."""
         shape = getattr(x, "shape", None)
-        if shape is None or len(shape) != 2 or shape[1] != self._shapes.n_inputs:
-            raise ValueError(f"inputs must be rows x {self._shapes.n_inputs}, got {shape}")
-        labels = as_labels(labels, int(shape[0]), self._shapes.n_classes)
+        if shape is None or len(shape) != 2 or shape[1] != self._n_inputs:
+            raise ValueError(f"inputs must be rows x {self._n_inputs}, got {shape}")
+        labels = as_labels(labels, int(shape[0]), self._n_classes)
         dense = np.asarray(x.toarray() if sp.issparse(x) else x, dtype=np.float32)
         self._held = (dense, labels)
         placed = []
         for c in range(self.k):
             columns = self.client.scatter(
-                np.ascontiguousarray(dense[:, self._needed[0][c]].T), hash=False,
+                np.ascontiguousarray(dense[:, self._needed[c]].T), hash=False,
                 workers=sorted({row[c] for row in self.route}), broadcast=True)
             for g, row in enumerate(self.route):
                 placed.append(self.client.submit(
@@ -311,7 +360,7 @@ class ModelParallelTrainer(Trainer):
         held = self.client.gather([
             self.client.submit(fetch_part, self._key(group), p, workers=[self.route[group][p]],
                                allow_other_workers=False, pure=False) for p in range(self.k)])
-        out = self._shapes.copy()
+        out = self._assembled()
         for layers, readout, c in held:
             for w, b, (w_pos, data, own, bias) in zip(out.weights, out.biases, layers,
                                                        strict=True):
@@ -321,5 +370,17 @@ class ModelParallelTrainer(Trainer):
             if c is not None:
                 out.readout_bias[:] = c
         return out
+
+    def _assembled(self) -> SparseModel:
+        """A model of the trainer's pattern (its own copy) with zero values."""
+        weights = []
+        for indptr, indices, shape in self._pattern:
+            w = sp.csr_matrix((np.zeros(len(indices), np.float32), indices.copy(),
+                               indptr.copy()), shape=shape, copy=False)
+            w.has_sorted_indices = True
+            weights.append(w)
+        return SparseModel(weights, [np.zeros(w.shape[1], np.float32) for w in weights],
+                           np.zeros((weights[-1].shape[1], self._n_classes), np.float32),
+                           np.zeros(self._n_classes, np.float32), self._ymax)
 
     _drop = drop_parts

@@ -14,6 +14,7 @@ group ``g`` uses the trainer key ``f"{trainer}/g{g}"``, so each group's parts ar
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +23,8 @@ import scipy.sparse as sp
 
 from ..core.network import Network, pattern_order
 from ..partition import NeuronPartition
-from ..partition.routing import route_partition
+from ..partition.routing import LayerRoutes, route_partition
+from .compiled import positions_index
 from .model import SparseModel
 from .optim import sgd_update
 from .replicas import drop_held
@@ -82,12 +84,34 @@ PARTS: dict[tuple[str, int], _Part] = {}
 
 
 def place_part(trainer: str, state: _Part) -> int:
-    """Keep ``state`` here as ``trainer``'s part. A threaded cluster's workers are given
-    the very object scattered, once per row group: every group then gets its own copy."""
+    """Keep ``state`` here as ``trainer``'s part (its layers may follow,
+    :func:`add_layers`). A threaded cluster's workers are given the very object
+    scattered, once per row group: every group then gets its own copy."""
     if any(held is state for held in PARTS.values()):
         state = copy.deepcopy(state)
     PARTS[(trainer, state.part)] = state
     return state.part
+
+
+def add_layers(trainer: str, part: int, slices: list[_Slice]) -> int:
+    """Append ``slices`` (its next layers) to ``trainer``'s part ``part`` here (copied
+    if another part here holds them already: a threaded cluster's row groups); the
+    bytes it holds for its slices now."""
+    state = PARTS[(trainer, part)]
+    held = {id(sl) for other in PARTS.values() for sl in other.layers}
+    state.layers.extend(copy.deepcopy(sl) if id(sl) in held else sl for sl in slices)
+    return sum(slice_bytes(sl) for sl in state.layers)
+
+
+def held_part_bytes(trainer: str | None = None) -> dict[tuple[str, int], int]:
+    """Per (trainer key, part) held here (every trainer's, or ``trainer``'s and its row
+    groups'), the bytes of its slices (:func:`slice_bytes`) and readout."""
+    out = {}
+    for key, state in list(PARTS.items()):
+        if trainer is None or key[0] == trainer or key[0].startswith(trainer + "/"):
+            out[key] = int(sum(slice_bytes(sl) for sl in state.layers)
+                           + state.readout.nbytes)
+    return out
 
 
 def drop_parts(trainer: str) -> int:
@@ -170,15 +194,17 @@ def _slice_layer(w: sp.csr_matrix, bias: np.ndarray, own: np.ndarray, needed: np
     pos = _positions(w)
     cols = pos[:, own].tocsr()  # all rows, the owned columns
     sub = cols[needed].tocsr()
+    del pos, cols
     sub.sort_indices()
-    w_pos = sub.data.astype(np.int64) - 1
+    w_pos = positions_index(sub.data)  # int32: 4 bytes an edge, not 8
     ws = sp.csr_matrix((w.data[w_pos].astype(np.float32), sub.indices.astype(np.int32),
                         sub.indptr.astype(np.int64)), shape=sub.shape)
     ws.has_sorted_indices = True
+    del sub
     local = sp.csr_matrix((np.arange(1, ws.nnz + 1, dtype=np.float64), ws.indices,
                            ws.indptr), shape=ws.shape).T.tocsr()
     local.sort_indices()
-    to_t = local.data.astype(np.int64) - 1
+    to_t = positions_index(local.data)
     wt = sp.csr_matrix((ws.data[to_t], local.indices.astype(np.int32),
                         local.indptr.astype(np.int64)), shape=local.shape)
     return _Slice(own=own, needed=needed, w=ws, w_pos=w_pos, wt=wt, to_t=to_t,
@@ -189,36 +215,104 @@ def _slice_layer(w: sp.csr_matrix, bias: np.ndarray, own: np.ndarray, needed: np
 
 
 def pattern_network(model: SparseModel) -> Network:
-    """The model's pattern as a Network (for the partitioners; values are irrelevant)."""
+    """The model's pattern as a Network (for the partitioners; values are irrelevant).
+    It shares the model's ``indices`` and ``indptr``; its values are 4 bytes an edge."""
     return Network([sp.csr_matrix((np.ones(w.nnz, np.float32), w.indices, w.indptr),
                                   shape=w.shape) for w in model.weights],
                    bias=0.0, ymax=model.ymax, name="training-pattern")
 
 
+class _Transposes(Sequence):
+    """``W_l^T``'s pattern per layer, made when asked for and not kept: routing reads
+    one layer at a time, and all of them at once are 8 bytes an edge (2 GB at
+    65536-120) that nothing needs after."""
+
+    def __init__(self, model: SparseModel):
+        self._weights = model.weights
+
+    def __len__(self) -> int:
+        return len(self._weights)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        w = self._weights[index]
+        return sp.csr_matrix((np.ones(w.nnz, np.int8), w.indices, w.indptr),
+                             shape=w.shape).T.tocsr()
+
+
+def routes_of(model: SparseModel, partition: NeuronPartition) -> list[LayerRoutes]:
+    """Every layer's routes of ``model``'s pattern under ``partition`` (the transposes
+    made one layer at a time)."""
+    return route_partition(_Transposes(model), partition)
+
+
+def part_shell(model: SparseModel, routes: list[LayerRoutes], p: int, lr: float,
+               momentum: float, weight_decay: float) -> _Part:
+    """Part ``p`` without its layers (:func:`layer_slices` gives them): its readout rows,
+    the readout bias on part 0, the SGD settings and momentum."""
+    readout = np.ascontiguousarray(model.readout[routes[-1].parts[p].own])
+    c = model.readout_bias.copy() if p == 0 else None
+    return _Part(p, [], readout, c, model.ymax, float(lr), float(momentum),
+                 float(weight_decay),
+                 velocity_r=np.zeros_like(readout) if momentum else None,
+                 velocity_c=np.zeros_like(c) if momentum and c is not None else None)
+
+
+def layer_slices(model: SparseModel, routes: list[LayerRoutes], momentum: float
+                 ) -> Iterator[list[_Slice]]:
+    """Per layer, from the first, every part's slice of it (``[p]``), made when asked
+    for: a trainer ships each layer's slices to their workers before it makes the next,
+    so the client never holds every part's slices (32 bytes an edge) at once."""
+    n_layers = model.n_layers
+    for layer in range(n_layers):
+        slices = [_slice_layer(model.weights[layer], model.biases[layer], route.own,
+                               route.needed, momentum)
+                  for route in routes[layer].parts]
+        # a slice of layer l >= 2 receives from its sources; a slice of layer l - 1 sends
+        # its readers in layer l what they read (the routes of layer l, seen from each side)
+        if layer >= 1:
+            for p, route in enumerate(routes[layer].parts):
+                slices[p].fetch.update(route.receive)
+        if layer + 1 < n_layers:
+            for p, route in enumerate(routes[layer + 1].parts):
+                for q in route.fetch:
+                    slices[q].send[p] = route.fetch[q]
+        yield slices
+
+
+def slice_bytes(sl: _Slice) -> int:
+    """Bytes of the arrays a slice keeps between steps (what its worker holds for it)."""
+    arrays = [sl.own, sl.needed, sl.w.data, sl.w.indices, sl.w.indptr, sl.w_pos, sl.wt.data,
+              sl.wt.indices, sl.wt.indptr, sl.to_t, sl.order_fwd, sl.order_bwd, sl.bias,
+              sl.velocity_w, sl.velocity_b, *sl.fetch.values(), *sl.send.values()]
+    return int(sum(a.nbytes for a in arrays if a is not None))
+
 
 def slice_model(partition: NeuronPartition, model: SparseModel, lr: float, momentum: float,
                 weight_decay: float) -> list[_Part]:
-    """Every part's slices of ``model`` under ``partition`` (see the module docstring)."""
-    k, n_layers = partition.k, model.n_layers
-    routes = route_partition(pattern_network(model).transposed, partition)
-    layers = [[_slice_layer(w, b, route.own, route.needed, momentum)
-               for route in layer_routes.parts]
-              for w, b, layer_routes in zip(model.weights, model.biases, routes, strict=True)]
-    # a slice of layer l >= 2 receives from its sources; a slice of layer l - 1 sends
-    # its readers in layer l what they read (the routes of layer l, seen from each side)
-    for layer in range(1, n_layers):
-        for p, route in enumerate(routes[layer].parts):
-            layers[layer][p].fetch.update(route.receive)
-            for q in route.fetch:
-                layers[layer - 1][q].send[p] = route.fetch[q]
-    out = []
-    for p in range(k):
-        own_last = layers[-1][p].own
-        readout = np.ascontiguousarray(model.readout[own_last])
-        c = model.readout_bias.copy() if p == 0 else None
-        out.append(_Part(p, [layers[layer][p] for layer in range(n_layers)], readout, c,
-                         model.ymax, float(lr), float(momentum), float(weight_decay),
-                         velocity_r=np.zeros_like(readout) if momentum else None,
-                         velocity_c=(np.zeros_like(c) if momentum and c is not None
-                                     else None)))
-    return out
+    """Every part's slices of ``model`` under ``partition`` (see the module docstring),
+    all at once (the trainers place them layer by layer instead: :func:`layer_slices`)."""
+    routes = routes_of(model, partition)
+    parts = [part_shell(model, routes, p, lr, momentum, weight_decay)
+             for p in range(partition.k)]
+    for slices in layer_slices(model, routes, momentum):
+        for part, sl in zip(parts, slices, strict=True):
+            part.layers.append(sl)
+    return parts
+
+
+def held_state(dask_worker: Any = None) -> dict[str, list]:
+    """What this worker holds for any trainer: data-parallel replicas (trainer ids),
+    training rows (trainer key, part) and model-parallel parts (trainer key, part), each
+    sorted (a threaded cluster's workers share the parts; the others are per worker).
+    Run by ``client.run`` (which passes ``dask_worker``) or in a task."""
+    from distributed import get_worker
+
+    from . import replicas
+
+    here = (dask_worker or get_worker()).address
+    return {"replicas": sorted(key for key, where in list(replicas._STATE) if where == here),
+            "rows": sorted((key, part) for key, part, where in list(replicas._HELD)
+                           if where == here),
+            "parts": sorted(PARTS)}

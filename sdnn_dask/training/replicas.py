@@ -47,10 +47,22 @@ def held(trainer: str) -> tuple[SparseModel, SGD, Workspace]:
 def place_replica(trainer: str, model: SparseModel, lr: float, momentum: float,
                   weight_decay: float) -> str:
     """Keep a copy of ``model`` and a new optimiser for it on this worker, as ``trainer``'s."""
-    copy = model.copy()  # this worker's own: updated in place every step
+    # this worker's own, updated in place every step. The pattern is copied too: the
+    # scattered model's arrays are views of the one buffer its message was read into,
+    # and keeping its indices would keep its values (the whole buffer) alive as well
+    copy = model.copy()
     _STATE[(trainer, get_worker().address)] = (
         copy, SGD(copy, lr, momentum=momentum, weight_decay=weight_decay), Workspace())
     return trainer
+
+
+def held_replica_bytes(trainer: str | None = None) -> dict[str, int]:
+    """Per trainer id with a replica on this worker (or ``trainer``'s alone), the bytes
+    of its model's values and pattern."""
+    here = get_worker().address
+    return {key: model.parameter_bytes + model.pattern_bytes
+            for (key, where), (model, _, _) in list(_STATE.items())
+            if where == here and (trainer is None or key == trainer)}
 
 
 def drop_replica(trainer: str) -> bool:
