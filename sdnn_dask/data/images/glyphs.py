@@ -36,7 +36,7 @@ _BOX_FRACTION = 20.0 / 28.0
 _SAMPLES_PER_UNIT = 48.0
 
 # ---- stroke model knobs (see the docstring of .inputs for how they were calibrated) ----
-_PEN_SIGMA = 0.41  # log-normal spread of the pen radius across images (default; per size: .inputs)
+PEN_SIGMA = 0.41  # log-normal spread of the pen radius across images (default; per size: .inputs)
 _PEN_MEDIAN = 0.044  # median pen radius relative to the digit box (rescaled to hit density)
 _JITTER = 0.045  # std of control-point displacement, in template units
 _SLANT_MEAN = 0.12
@@ -380,7 +380,7 @@ def digit_shapes(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def _place(
-    shapes: dict[str, np.ndarray], side: int, pen_scale: float, pen_sigma: float = _PEN_SIGMA
+    shapes: dict[str, np.ndarray], side: int, pen_scale: float, pen_sigma: float = PEN_SIGMA
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per-image pen radius, scale and shift that put each digit into the pixel frame.
 
@@ -407,12 +407,12 @@ def _place(
 
 
 def render_shapes(
-    shapes: dict[str, np.ndarray], side: int, pen_scale: float, pen_sigma: float = _PEN_SIGMA
+    shapes: dict[str, np.ndarray], side: int, pen_scale: float, pen_sigma: float = PEN_SIGMA
 ) -> tuple[np.ndarray, np.ndarray]:
     """Draw a block's shapes: sorted column-major pixel indices and per-image counts.
 
     ``pen_scale`` multiplies the median pen radius, ``pen_sigma`` is the log-sd of the
-    radius across images (:data:`_PEN_SIGMA` unless a size calibrates its own).
+    radius across images (:data:`PEN_SIGMA` unless a size calibrates its own).
     """
     radius, scale, sx, sy = _place(shapes, side, pen_scale, pen_sigma)
     n = len(radius)

@@ -108,7 +108,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ...registry import ORDERS
-from .glyphs import _PEN_SIGMA, BLOCK_ROWS, block_params, digit_shapes, render_shapes
+from .glyphs import BLOCK_ROWS, PEN_SIGMA, block_params, digit_shapes, render_shapes
 
 __all__ = ["CHALLENGE_DENSITY", "CHALLENGE_NNZ", "CHALLENGE_SURVIVORS", "make_inputs"]
 
@@ -136,7 +136,7 @@ CHALLENGE_SURVIVORS: dict[int, int] = {1024: 1812, 4096: 1801, 16384: 1918, 6553
 # docstring), fitted so that 60000 rows (seed 0) through the generated network leave the
 # official number of survivors; 0.41 (fitted at 1024) held at 4096 and 16384, 65536 needs
 # 0.32 (0.41 left 2416 survivors, +21%). Interpolated in log2(side) for other sizes.
-_PEN_SIGMA_BY_N: dict[int, float] = {1024: _PEN_SIGMA, 4096: _PEN_SIGMA, 16384: _PEN_SIGMA,
+_PEN_SIGMA_BY_N: dict[int, float] = {1024: PEN_SIGMA, 4096: PEN_SIGMA, 16384: PEN_SIGMA,
                                      65536: 0.32}
 # Pen multipliers reproducing CHALLENGE_DENSITY at each size's pen spread (from
 # _calibrate_pen_scale with 32768 rows); other sizes and densities are calibrated on
