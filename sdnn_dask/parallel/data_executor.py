@@ -127,8 +127,11 @@ class DataParallelExecutor(Executor):
         # (the client keeps none of a store's: see _scatter_weights)
         hosts = (None if isinstance(network, Network)
                  else run_hosts(client, self.workers, client_copy=False))
+        # sdnn.data-parallel.weights is for stores: a network in memory is resident
+        # unless streamed weights are asked for here (an error then)
         self.weights, self.weights_reason = choose_weights(
-            network, weights or config.get("data-parallel.weights"),
+            network, weights or ("auto" if isinstance(network, Network)
+                                 else config.get("data-parallel.weights")),
             worker_memory_limit(client, self.workers), hosts)
         self.network = network
         if isinstance(network, Network):

@@ -145,7 +145,9 @@ class ModelParallelExecutor(Executor):
         self._forecasts: dict[tuple, tuple[pd.DataFrame, NeuronPartition, Any]] = {}
         if isinstance(network, NetworkStore | str | os.PathLike):  # a store, or its folder
             network = StreamedNetwork(network)
-        self.weights = weights or config.get("data-parallel.weights")
+        # sdnn.data-parallel.weights is for stores; streamed weights asked for here need one
+        self.weights = weights or ("auto" if isinstance(network, Network)
+                                   else config.get("data-parallel.weights"))
         if self.weights not in WEIGHTS:
             raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, got "
                              f"{self.weights!r}")
