@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
-from test_projection import DENSITY, SETTINGS, TRUE, _levels, _run_row, _synthetic
+from projection_cases import DENSITY, SETTINGS, TRUE, _levels, _run_row, _synthetic
 
 from sdnn_dask.core.kernels import KernelSettings, forward_block
 from sdnn_dask.data.images import make_inputs
