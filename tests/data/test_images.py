@@ -303,7 +303,7 @@ def test_pen_scale_table_matches_its_pen_spread(n_neurons):
 
 def test_pen_spread_is_per_size_and_interpolated():
     sigma = {n: inputs._pen_sigma(n) for n in (1024, 4096, 16384, 65536)}
-    assert sigma[1024] == sigma[4096] == sigma[16384] == glyphs._PEN_SIGMA
+    assert sigma[1024] == sigma[4096] == sigma[16384] == glyphs.PEN_SIGMA
     assert sigma[65536] < sigma[16384]
     between = inputs._pen_sigma(200 * 200)  # side 200: between 128 and 256
     assert sigma[65536] < between < sigma[16384]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import mmap
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from sdnn_dask.data.radixnet import make_inputs, make_network
@@ -81,13 +82,17 @@ def test_a_workers_earlier_allocation_is_not_the_runs_peak(client, problem):
     net, inputs, reference = problem
     executor = DataParallelExecutor(client, net)
     executor.run(inputs[:50])  # warm: what a run holds is allocated once before
+    client.run(peak_memory.reset_peak, workers=executor.workers)  # the peak: now + BIG
     peaks = client.run(_touch_and_free, workers=executor.workers)
     assert all(p >= BIG for p in peaks.values())  # the allocation showed in the peak
     result = executor.run(inputs, partition="block")
     assert_same_result(result.output, reference.output)
     ran = result.blocks.groupby("worker")["peak_rss_bytes"].max()
     assert len(ran) == 2 and (ran > 0).all()
-    assert (ran < BIG).all(), ran  # the run's peak, not the allocation before it
+    # the run's peak, not the allocation before it (on a worker that earlier tests left
+    # holding more than BIG, the run's peak is that, still BIG under the allocation's)
+    touched = pd.Series(peaks)
+    assert (ran < touched[ran.index] - BIG // 2).all(), (ran, touched)
 
 
 def test_blocks_are_views_where_rows_are_contiguous(problem):
