@@ -35,22 +35,11 @@ from distributed import Client, LocalCluster
 from sdnn_dask.data.images import make_inputs
 from sdnn_dask.data.streaming import StreamedNetwork
 from sdnn_dask.parallel import ModelParallelExecutor
+from sdnn_dask.parallel.peak_memory import read_workers, reset_workers
 from sdnn_dask.parallel.serial import run_serial
 from sdnn_dask.testing import assert_same_result
 
 _PROBLEM = re.compile(r"^(\d+)-(\d+)x(\d+):(.+)$")
-
-
-def _reset_peak(dask_worker=None) -> None:
-    """Start a worker's peak resident size afresh (Linux: VmHWM)."""
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-
-
-def _peak(dask_worker=None) -> int:
-    """A worker's peak resident bytes since the last reset."""
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM"))
 
 
 def run_problem(n: int, layers: int, rows: int, folder: str, hybrid: bool,
@@ -73,7 +62,7 @@ def run_problem(n: int, layers: int, rows: int, folder: str, hybrid: bool,
         for name, groups in configs:
             ex.run(x[:64], partition="hash", k=2, row_groups=groups)  # cut, open, warm
             gc.collect()
-            client.run(_reset_peak)
+            reset_workers(client, ex.workers)
             with MemorySampler() as memory:
                 result = ex.run(x, partition="hash", k=2, row_groups=groups,
                                 pass_rows=pass_rows)
@@ -82,7 +71,7 @@ def run_problem(n: int, layers: int, rows: int, folder: str, hybrid: bool,
                 verdict = "same as serial"
             except AssertionError as error:
                 verdict, failed = f"DIFFERS: {error}", failed + 1
-            peaks = [v / 1e9 for v in client.run(_peak).values()]
+            peaks = read_workers(client, ex.workers)["peak_rss_bytes"] / 1e9
             rate = f"{edges / result.wall_seconds:.3g} edges/s"
             ok = memory.peak_pss <= 12e9
             failed += 0 if ok or n < 65536 else 1

@@ -275,8 +275,7 @@ class PassRunner:
         def every(g: int, results: list[dict[str, Any]], timed: bool = True) -> None:
             """A set of rows of group ``g`` at the last layer: its slabs, traces, timing."""
             slabs = [r["slab"] for r in results]
-            done.finals.append((g, slabs, results[0]["groups"] if "groups" in results[0]
-                                else _groups(results[0])))
+            done.finals.append((g, slabs, _groups(results[0])))
             for p, r in enumerate(results):
                 done.traces[g, p] = merge_traces([done.traces.get((g, p), []),
                                                   r["slab"].trace])
