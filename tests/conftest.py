@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -62,13 +64,36 @@ def official_truth(shared_data) -> np.ndarray:
     return truth[truth < 1200]
 
 
+#: A worker of the session's cluster whose event loop answers nothing for this long dumps
+#: every thread's stack to its stderr (captured with the test that waits on it).
+STALL_DUMP_SECONDS = 150
+
+
+def _watch_for_stalls(client, stop: threading.Event) -> None:
+    """Re-arm each worker's :func:`faulthandler.dump_traceback_later` every 30 s through
+    its event loop: a loop that stops answering (a deadlock, a task holding the GIL)
+    lets the timer fire, and the failing test shows where every thread of it stood."""
+    while not stop.wait(30):
+        try:
+            client.run(faulthandler.dump_traceback_later, STALL_DUMP_SECONDS,
+                       on_error="ignore")
+        except Exception:  # a worker restarting, the cluster closing: next round
+            pass
+
+
 @pytest.fixture(scope="session")
 def client():
     """A real distributed LocalCluster: 2 single-threaded worker processes, loopback."""
     from sdnn_dask.cluster import local_client
 
     with local_client(2) as c:
+        stop = threading.Event()
+        c.run(faulthandler.dump_traceback_later, STALL_DUMP_SECONDS)
+        threading.Thread(target=_watch_for_stalls, args=(c, stop), daemon=True,
+                         name="stall-watch").start()
         yield c
+        stop.set()
+        c.run(faulthandler.cancel_dump_traceback_later, on_error="ignore")
 
 
 # Under CI nothing may be skipped for want of data, SLURM or an extra: CI installs every
