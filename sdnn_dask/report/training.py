@@ -146,16 +146,28 @@ def crossover_sentences(table: pd.DataFrame, steps: pd.DataFrame) -> list[str]:
             mine = steps[(steps["strategy"] == "model") & (steps["partition"] == row.partition)
                          & (steps["workers"] == row.workers)]
             data = steps[(steps["strategy"] == "data") & (steps["workers"] == row.workers)]
-            slower = (mine.groupby("batch")["seconds"].median()
-                      > data.groupby("batch")["seconds"].median()).reindex(batches).all()
-            where = (f"at the one batch measured ({batches[0]})" if len(batches) == 1 else
-                     f"between batches {batches[0]} and {batches[-1]}: it is "
-                     f"{'slower' if slower else 'faster'} at every batch measured")
-            text += (" Its measured seconds per step "
-                     + (f"are {'above' if slower else 'below'} data parallelism's {where}."
-                        if len(batches) == 1 else f"do not cross data parallelism's {where}."))
+            text += " " + _side_text(mine, data, batches)
         out.append(text)
     return out
+
+
+def _side_text(mine: pd.DataFrame, data: pd.DataFrame, batches: list[int]) -> str:
+    """Where model parallelism's steps (``mine``) stand against data parallelism's at
+    ``batches``, whose medians do not cross: above or below only where every batch's
+    spread of steps (fastest to slowest) is clear of the other's; else within noise."""
+    a, b = (x.groupby("batch")["seconds"].agg(["min", "median", "max"]).reindex(batches)
+            for x in (mine, data))
+    slower = bool((a["median"] > b["median"]).all())
+    clear = (a["min"] > b["max"]) if slower else (a["max"] < b["min"])
+    where = (f"at the one batch measured ({batches[0]})" if len(batches) == 1 else
+             f"at every batch measured ({batches[0]} to {batches[-1]})")
+    if not clear.all():
+        noisy = ", ".join(str(x) for x in clear.index[~clear.to_numpy()])
+        return (f"Its median seconds per step are {'above' if slower else 'below'} data "
+                f"parallelism's {where}, but within the spread of their steps at batch "
+                f"{noisy}: no faster strategy can be named there.")
+    return (f"Its seconds per step are {'above' if slower else 'below'} data parallelism's "
+            f"{where}, every step's: it is {'slower' if slower else 'faster'}.")
 
 
 def training_markdown(steps: pd.DataFrame, figure: str | None = None,

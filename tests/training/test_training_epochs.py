@@ -181,8 +181,22 @@ def test_crossover_of_a_known_table():
     assert "1 MB whatever the batch" in sentences
     assert "below a batch of 100 rows" in sentences and "below a batch of 50 rows" in sentences
     assert "at a batch of about 73" in sentences
-    assert "do not cross data parallelism's between batches 16 and 256: it is slower" \
-        in sentences
+    assert ("above data parallelism's at every batch measured (16 to 256), every step's: "
+            "it is slower") in sentences
+
+
+def test_a_crossover_sentence_names_no_faster_strategy_within_noise():
+    """Medians that never cross, but one batch's steps overlap data parallelism's: the
+    sentence says so, and does not call model parallelism slower."""
+    steps = _steps()
+    one = ((steps["partition"] == "hash") & (steps["batch"] == 256) & (steps["step"] == 1))
+    steps.loc[one, "seconds"] = 0.15  # data's steps there: 0.19 and 0.21; median still 0.33
+    table = crossover(steps)
+    assert math.isnan(table["seconds_crossover_batch"].iloc[1])
+    hash_sentence = crossover_sentences(table, steps)[-1]
+    assert "within the spread of their steps at batch 256" in hash_sentence
+    assert "no faster strategy can be named there" in hash_sentence
+    assert "slower" not in hash_sentence
 
 
 def test_no_crossover_without_both_strategies():
