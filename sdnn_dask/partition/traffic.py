@@ -36,7 +36,6 @@ import scipy.sparse as sp
 
 from ..core.kernels.dedup import duplicates, hash_csr, look_due
 from ..core.kernels.steps import sparse_step
-from ..core.network import as_csr32
 
 if TYPE_CHECKING:
     from ..core.network import Network
@@ -249,7 +248,9 @@ def _step(y: sp.csr_matrix, w: sp.csr_matrix, bias: np.ndarray, ymax: np.float32
     its terms summed in the kernel's order, so rows the runs find identical are identical
     here too, and faster than scipy's product, sort and clip: a whole exchange forecast
     of 16384-60 takes 5.3 s against 11.7 (``benchmarks/bench_forecast.py``)."""
-    w = as_csr32(w)
+    # no canonical form needed: the step sums duplicates and adds explicit zeros; and a
+    # store's layer may be read-only (mapped), which an in-place sort would refuse
+    w = sp.csr_matrix(w, dtype=np.float32, copy=False)
     op, oi, ox, _ = sparse_step(y.indptr.astype(np.int64, copy=False),
                                 y.indices.astype(np.int32, copy=False),
                                 y.data.astype(np.float32, copy=False), w.indptr, w.indices,
