@@ -247,7 +247,7 @@ def _step(y: sp.csr_matrix, w: sp.csr_matrix, bias: np.ndarray, ymax: np.float32
     The serial kernel's compiled sparse step (:func:`~sdnn_dask.core.kernels.steps.sparse_step`):
     its terms summed in the kernel's order, so rows the runs find identical are identical
     here too, and faster than scipy's product, sort and clip: a whole exchange forecast
-    of 16384-60 takes 5.3 s against 11.7 (``benchmarks/bench_forecast.py``)."""
+    of 16384-60 takes 5.3 s against 11.9 (``benchmarks/bench_forecast.py``)."""
     # no canonical form needed: the step sums duplicates and adds explicit zeros; and a
     # store's layer may be read-only (mapped), which an in-place sort would refuse
     w = sp.csr_matrix(w, dtype=np.float32, copy=False)

@@ -343,15 +343,15 @@ class _Layers(Sequence):
     def held_bytes(self) -> int:
         """Bytes of the layer plans held now (loads still under way hold nothing yet).
 
-        Never waits: it is read on a worker's event loop (``client.run``), where waiting
-        for a load would stop the worker's heartbeats for as long as the load takes."""
+        Never waits: it is read on a worker's event loop (``client.run``, and Dask's
+        ``sizeof`` of a part plan), where waiting for a load would stop the worker's
+        heartbeats for as long as the load takes."""
         arrays: dict[int, int] = {}  # by id: w and wt may share their values
         for held in list(self._held.values()):
-            if isinstance(held, Future):
-                if not held.done() or held.cancelled() or held.exception() is not None:
-                    continue
-                held = held.result()
-            plan = held
+            if isinstance(held, Future) and (not held.done() or held.cancelled()
+                                             or held.exception() is not None):
+                continue
+            plan = held.result() if isinstance(held, Future) else held
             for array in (plan.w.data, plan.w.indices, plan.w.indptr, plan.wt.data,
                           plan.wt.indices, plan.wt.indptr, plan.own, plan.needed, plan.order):
                 arrays[id(array)] = array.nbytes
